@@ -1,0 +1,6 @@
+"""Shared fixtures live in tests/fixtures/ (one module per real component) and are loaded here."""
+
+pytest_plugins = [
+    "tests.fixtures.models",
+    "tests.fixtures.redis_server",
+]
