@@ -1,0 +1,1 @@
+"""The Django project and its chat app: settings, routing, models, services, consumers, admin."""

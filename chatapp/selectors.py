@@ -1,0 +1,70 @@
+"""Reads: every query the consumers, views and worker make that does not change rows."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from chatapp.models import Conversation, Generation, Message, Worker
+
+
+def workers_alive() -> list[Worker]:
+    """Workers whose heartbeat is younger than one lease."""
+    cutoff = timezone.now() - timedelta(seconds=settings.WORKER_LEASE_SECONDS)
+    return list(
+        Worker.objects.filter(last_heartbeat__gte=cutoff, stopped_at__isnull=True).order_by("-started_at")
+    )
+
+
+def _as_uuid(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def conversation_get(*, user, conversation_id) -> Conversation | None:
+    """The user's conversation with that id, or None (also for another user's: callers answer not_found)."""
+    key = _as_uuid(conversation_id)
+    if key is None:
+        return None
+    return Conversation.objects.filter(id=key, user=user).first()
+
+
+def conversation_list(*, user, limit: int = 200) -> list[Conversation]:
+    """The user's conversations, most recently updated first."""
+    return list(Conversation.objects.filter(user=user).order_by("-updated_at")[:limit])
+
+
+def conversation_messages(*, conversation: Conversation) -> list[Message]:
+    return list(conversation.messages.select_related("generation").order_by("created_at", "id"))
+
+
+def generation_get(*, user, generation_id) -> Generation | None:
+    """The user's generation with that id, or None (also for another user's)."""
+    key = _as_uuid(generation_id)
+    if key is None:
+        return None
+    return Generation.objects.filter(id=key, user=user).select_related("message").first()
+
+
+def queue_positions(*, limit: int | None = None) -> dict[uuid.UUID, int]:
+    """1-based position of every queued generation, oldest first (the order workers claim them)."""
+    ids = Generation.objects.filter(state=Generation.State.QUEUED).order_by("created_at", "id")
+    ids = ids.values_list("id", flat=True)
+    if limit is not None:
+        ids = ids[:limit]
+    return {gid: index for index, gid in enumerate(ids, start=1)}
+
+
+def queue_position(*, generation: Generation) -> int | None:
+    """This generation's 1-based place in the queue, or None when it is not queued."""
+    if generation.state != Generation.State.QUEUED:
+        return None
+    ahead = Generation.objects.filter(
+        state=Generation.State.QUEUED, created_at__lt=generation.created_at
+    ).count()
+    return ahead + 1
