@@ -1,0 +1,1 @@
+"""The browser pages: the chat page and the sign-up, log-in and log-out forms."""
