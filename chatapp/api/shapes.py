@@ -8,8 +8,9 @@ from typing import Literal
 
 Kind = Literal["chat", "text"]
 
-# The engine ends a sequence with "stop" | "length" | "abort" | "error"; OpenAI clients know "stop" and "length".
-FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "stop"}
+# The engine ends a sequence with "stop" | "length" | "abort" | "error". "abort" (cancelled by its owner or an
+# admin) is passed through as vLLM does; OpenAI's clients accept any string there.
+FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 @dataclass(frozen=True)
