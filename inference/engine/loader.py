@@ -194,3 +194,68 @@ def load_hf_config(model_dir: str | Path) -> Any:
         raise ModelNotFoundError(f"could not read {path / 'config.json'}: {exc}") from exc
     model_spec(raw)  # refuse unsupported models before transformers tries (and maybe fails less clearly)
     return AutoConfig.from_pretrained(str(path))
+
+
+def safetensors_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's weight files: model.safetensors, or the shards listed by model.safetensors.index.json."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelNotFoundError(f"could not read the shard index {index}: {exc}") from exc
+        files = [model_dir / name for name in sorted(set(weight_map.values()))]
+    elif (model_dir / "model.safetensors").is_file():
+        files = [model_dir / "model.safetensors"]
+    else:
+        raise ModelNotFoundError(
+            f"{model_dir} has no model.safetensors or model.safetensors.index.json "
+            f"(only safetensors checkpoints are supported)"
+        )
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ModelNotFoundError(f"checkpoint shard(s) missing: {', '.join(missing)}")
+    return files
+
+
+def _ignorable(name: str, spec: ModelSpec) -> bool:
+    return name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and spec.tie_word_embeddings)
+
+
+def load_model(model_dir: str | Path, spec: ModelSpec, *, dtype: Any, device: Any, max_model_len: int) -> Any:
+    """Build our model for `spec` on `device` and fill every parameter from the checkpoint (strictly: no gaps,
+    no unknown tensors, exact shapes)."""
+    import torch
+    from safetensors import safe_open
+
+    from inference.engine.models.llama import LlamaModel
+
+    model_dir = Path(model_dir)
+    model = LlamaModel(spec, max_model_len, dtype, torch.device(device))
+    targets = model.weight_targets()
+    loaded: set[str] = set()
+    for file in safetensors_files(model_dir):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                if name not in targets:
+                    if _ignorable(name, spec):
+                        continue
+                    raise UnsupportedModelError(
+                        f"checkpoint tensor {name!r} ({file.name}) has no place in our {spec.architecture} model; "
+                        f"the checkpoint does not match its config"
+                    )
+                param, row, rows = targets[name]
+                tensor = f.get_tensor(name)
+                want = (rows, *param.shape[1:])
+                if tuple(tensor.shape) != want:
+                    raise UnsupportedModelError(
+                        f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {want}"
+                    )
+                with torch.no_grad():
+                    param[row : row + rows].copy_(tensor.to(dtype))
+                loaded.add(name)
+    missing = sorted(set(targets) - loaded)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UnsupportedModelError(f"checkpoint in {model_dir} lacks tensor(s): {shown}")
+    return model

@@ -1,0 +1,1 @@
+"""Our compact model code, one file per architecture family."""
