@@ -59,6 +59,11 @@ export class ChatApp {
       onState: (state) => this.onConnection(state),
     });
     $("new-chat").addEventListener("click", () => this.newChat());
+    $("demo-banner-close").addEventListener("click", () => {
+      sessionStorage.setItem("demo-banner-hidden", "1");
+      $("demo-banner").hidden = true;
+      this.composer.focus();
+    });
     window.addEventListener("popstate", () => {
       const match = location.pathname.match(/^\/c\/([0-9a-f-]{36})$/i);
       if (match) this.open(match[1], { push: false });
@@ -192,7 +197,7 @@ export class ChatApp {
   }
 
   on_hello(frame) {
-    this.$("demo-banner").hidden = !frame.model?.is_demo;
+    this.$("demo-banner").hidden = !frame.model?.is_demo || sessionStorage.getItem("demo-banner-hidden") === "1";
     this.composer.setLimit(frame.limits?.max_message_chars);
     this.settings.setLimits(frame.limits);
   }

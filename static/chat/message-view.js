@@ -84,12 +84,11 @@ export class MessageView {
   applyDelta(seq, text) {
     if (seq <= this.seq) return "stale";
     if (seq !== this.seq + 1) return "gap";
+    const first = this.text === "";
     this.seq = seq;
     this.text += text;
-    if (this.state === "queued") {
-      this.state = "running";
-      this.renderChrome();
-    }
+    if (this.state === "queued") this.state = "running";
+    if (first) this.renderChrome(); // drop the typing dots once text shows
     this.scheduleRender();
     return "ok";
   }
@@ -149,8 +148,6 @@ export class MessageView {
       this.status.append(el("span", "spinner"), el("span", "", `Waiting for a slot${pos}`));
     } else if (this.state === "running" && !this.text) {
       this.status.append(el("span", "typing"), el("span", "visually-hidden", "Generating"));
-    } else if (this.state === "stopped") {
-      this.status.append(el("span", "badge badge-muted", "Stopped"));
     } else if (this.state === "failed") {
       const box = el("div", "msg-error");
       box.setAttribute("role", "alert");
@@ -163,6 +160,7 @@ export class MessageView {
     }
     this.meta.replaceChildren();
     if (this.isActive) return;
+    if (this.state === "stopped") this.meta.append(el("span", "badge badge-muted", "Stopped"));
     const stats = formatStats(this.stats);
     if (stats) this.meta.append(el("span", "stats", stats));
     const actions = el("span", "msg-actions");
