@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
 from chatapp.models import Conversation, Generation, Message, Worker
+from chatapp.prompt_check import model_max_context
 
 
 def workers_alive() -> list[Worker]:
@@ -68,3 +70,50 @@ def queue_position(*, generation: Generation) -> int | None:
         state=Generation.State.QUEUED, created_at__lt=generation.created_at
     ).count()
     return ahead + 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model answers come from: a live worker's, else the configured one."""
+
+    name: str
+    is_demo: bool
+    max_context: int | None
+    alive: bool
+
+    @property
+    def max_tokens_limit(self) -> int:
+        if self.max_context:
+            return max(1, min(settings.CHAT_MAX_TOKENS, self.max_context - 1))
+        return settings.CHAT_MAX_TOKENS
+
+    def as_data(self) -> dict:
+        return {"name": self.name, "is_demo": self.is_demo, "max_context": self.max_context}
+
+
+def current_model() -> ModelInfo:
+    workers = workers_alive()
+    if workers:
+        worker = workers[0]
+        return ModelInfo(worker.model, worker.is_demo, worker.max_context or None, True)
+    return ModelInfo(
+        settings.LLM_MODEL, settings.LLM_MODEL_IS_DEMO, model_max_context(settings.LLM_MODEL), False
+    )
+
+
+def queued_generations(*, limit: int) -> list[tuple[uuid.UUID, uuid.UUID | None, str]]:
+    """(id, conversation id, source) of the oldest queued generations, in claim order."""
+    rows = (
+        Generation.objects.filter(state=Generation.State.QUEUED)
+        .order_by("created_at", "id")
+        .values_list("id", "conversation_id", "source")[:limit]
+    )
+    return list(rows)
+
+
+def generations_data(*, ids) -> dict[uuid.UUID, tuple[str, dict]]:
+    """(source, protocol generation object) for these ids (any user: for the worker's `done` events)."""
+    from chatapp.serializers import generation_data
+
+    rows = Generation.objects.filter(id__in=list(ids)).select_related("message")
+    return {row.id: (row.source, generation_data(row)) for row in rows}

@@ -104,7 +104,9 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # redis-py 8 reads with a 5 s socket timeout by default, the same as channels_redis' blocking
+            # receive (BZPOPMIN 5 s): idle receivers then fail with TimeoutError. Give reads more room.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 5}],
             # A socket follows a few answers at <= 1 delta per flush interval each; 500 gives a slow client
             # seconds of slack before deltas drop (it then gets a snapshot). Workers' own channels take nudges
             # from every queued answer, hence the larger bound.

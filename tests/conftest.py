@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.redis_server",
+    "tests.fixtures.stack",
 ]

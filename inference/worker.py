@@ -1,0 +1,360 @@
+"""The inference worker: claims queued Generation rows, drives one LLMEngine, streams deltas over Redis.
+
+One asyncio loop does all I/O (Redis channel layer, database through `database_sync_to_async`); the engine steps in
+its own thread (inference.stepper). Concurrent tasks:
+- receive: the worker's own channel gets nudges (via WORKERS_GROUP) and cancels; they only wake things up.
+- claim: on a nudge, a freed slot or every sweep interval: fail expired leases (any worker's), claim the oldest
+  queued rows that fit (capacity minus running), add them to the engine, send `started` and new queue positions.
+- flush: coalesces each generation's new text (first text at once, then at most one delta per flush interval),
+  checkpoints every due generation in one transaction, and only then sends the deltas and `done` events.
+- heartbeat: renews this worker's row and the leases of its running generations every lease/3 seconds.
+The database is the truth; a lost nudge is found by the sweep, a lost cancel by the flag read at each checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable
+
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.db import database_sync_to_async
+from channels.exceptions import ChannelFull
+from channels.layers import channel_layers
+from django.conf import settings
+
+from chatapp import selectors, services
+from chatapp.models import Generation, Worker
+from inference import messages
+from inference.live import LiveGeneration
+from inference.stepper import EngineStepper
+
+log = logging.getLogger(__name__)
+
+
+class InferenceWorker:
+    """Serves queued generations with `engine` (an inference.engine.LLMEngine) until `stop()`."""
+
+    def __init__(
+        self,
+        engine,
+        *,
+        model_name: str,
+        is_demo: bool,
+        max_context: int,
+        capacity: int,
+        flush_interval: float | None = None,
+        sweep_interval: float | None = None,
+        heartbeat_interval: float | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.engine = engine
+        self.model_name = model_name
+        self.is_demo = is_demo
+        self.max_context = max_context
+        self.capacity = capacity
+        self.flush_interval = (
+            flush_interval if flush_interval is not None else settings.WORKER_FLUSH_MS / 1000
+        )
+        self.sweep_interval = sweep_interval if sweep_interval is not None else settings.WORKER_SWEEP_SECONDS
+        self.heartbeat_interval = heartbeat_interval or settings.WORKER_LEASE_SECONDS / 3
+        # A layer object of its own: channels_redis lets one layer object receive on one process-local channel
+        # prefix at a time, so sharing the web side's (as in in-process tests) would starve its consumers.
+        self.layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+        self.live: dict[str, LiveGeneration] = {}
+        self.row: Worker | None = None
+        self.channel_name: str | None = None
+        self.ready = asyncio.Event()  # set once registered and listening (tests wait on it)
+        self._stop = asyncio.Event()
+        self._claim_wakeup = asyncio.Event()
+        self._flush_wakeup = asyncio.Event()
+        self._positions_sent: dict[uuid.UUID, int] = {}
+        self._stepper: EngineStepper | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Registers, serves until stop(), then fails what it was writing and deregisters."""
+        self.channel_name = await self.layer.new_channel(prefix=messages.WORKER_CHANNEL_PREFIX)
+        await self.layer.group_add(messages.WORKERS_GROUP, self.channel_name)
+        self.row = await database_sync_to_async(services.worker_register)(
+            channel_name=self.channel_name,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            model=self.model_name,
+            is_demo=self.is_demo,
+            max_context=self.max_context,
+            capacity=self.capacity,
+        )
+        loop = asyncio.get_running_loop()
+        self._stepper = EngineStepper(
+            self.engine,
+            loop=loop,
+            has_work=lambda: any(not g.finished for g in list(self.live.values())),
+            on_outputs=self._on_outputs,
+            on_step_error=self._on_step_error,
+        )
+        self._stepper.start()
+        tasks = [
+            asyncio.create_task(self._receive_loop(), name="worker-receive"),
+            asyncio.create_task(self._claim_loop(), name="worker-claim"),
+            asyncio.create_task(self._flush_loop(), name="worker-flush"),
+            asyncio.create_task(self._heartbeat_loop(), name="worker-heartbeat"),
+        ]
+        log.info("worker %s ready: model %s, capacity %d", self.row.id, self.model_name, self.capacity)
+        self.ready.set()
+        try:
+            stop_task = asyncio.create_task(self._stop.wait())
+            done, _ = await asyncio.wait([stop_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stop_task and task.exception() is not None:
+                    raise task.exception()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        for live in list(self.live.values()):
+            self._abort_in_engine(live.generation_id)
+        if self._stepper is not None:
+            await asyncio.to_thread(self._stepper.stop)
+        failed = await database_sync_to_async(services.worker_stop)(worker=self.row)
+        await self._send_done_events([g.id for g in failed])
+        self.live.clear()
+        try:
+            await self.layer.group_discard(messages.WORKERS_GROUP, self.channel_name)
+        except Exception:  # Redis may be gone already; the group entry then expires by itself
+            log.warning("could not leave the workers group", exc_info=True)
+        with contextlib.suppress(Exception):
+            await self.layer.close_pools()
+
+    # --- engine outputs (called on the loop by the stepper thread) ------------------------------------------------
+    def _on_outputs(self, outputs: list) -> None:
+        for out in outputs:
+            live = self.live.get(out.request_id)
+            if live is not None:
+                live.apply_output(out)
+        self._flush_wakeup.set()
+
+    def _on_step_error(self, exc: BaseException) -> None:
+        for live in self.live.values():
+            if not live.finished:
+                self._abort_in_engine(live.generation_id)
+                live.finish(
+                    "error", error=f"The model failed while writing this answer ({type(exc).__name__})."
+                )
+        self._flush_wakeup.set()
+
+    def _abort_in_engine(self, request_id: str) -> None:
+        try:
+            self.engine.abort(request_id)
+        except Exception:  # an unknown or already finished request is fine
+            log.debug("abort of %s ignored", request_id, exc_info=True)
+
+    def _cancel(self, generation_id: str) -> None:
+        live = self.live.get(generation_id)
+        if live is None or live.finished:
+            return
+        self._abort_in_engine(generation_id)
+        live.finish("abort")
+        self._flush_wakeup.set()
+
+    # --- receive ---------------------------------------------------------------------------------------------
+    async def _receive_loop(self) -> None:
+        while True:
+            try:
+                raw = await self.layer.receive(self.channel_name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("channel layer receive failed; retrying", exc_info=True)
+                await asyncio.sleep(1)
+                continue
+            try:
+                message = messages.parse_worker_message(raw)
+            except messages.MessageFormatError as exc:
+                log.warning("ignored a malformed worker message: %s", exc)
+                continue
+            if isinstance(message, messages.JobCancel):
+                self._cancel(message.generation_id)
+            else:
+                self._claim_wakeup.set()
+
+    # --- claim and sweep -------------------------------------------------------------------------------------
+    async def _claim_loop(self) -> None:
+        while True:
+            await _wait(self._claim_wakeup, self.sweep_interval)
+            try:
+                await self._sweep_and_claim()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("claim/sweep failed; retrying at the next sweep")
+
+    async def _sweep_and_claim(self) -> None:
+        expired = await database_sync_to_async(services.generation_expire_leases)()
+        if expired:
+            log.warning("failed %d generations whose worker lease expired", len(expired))
+            await self._send_done_events([g.id for g in expired])
+        room = self.capacity - len(self.live)
+        claimed = await database_sync_to_async(services.generation_claim)(worker=self.row, limit=room)
+        for row in claimed:
+            await self._start(row)
+        if claimed and self._stepper is not None:
+            self._stepper.wake()
+        await self._send_positions()
+
+    async def _start(self, row: Generation) -> None:
+        gid = str(row.id)
+        live = LiveGeneration(
+            generation_id=gid, group=_group_for(row), created_at_epoch=row.created_at.timestamp()
+        )
+        self.live[gid] = live
+        await self._send(live.group, messages.started_event(gid))
+        try:
+            self.engine.add_request(
+                gid, params=_sampling_params(row.params), user_id=str(row.user_id), **row.prompt
+            )
+        except (ValueError, TypeError) as exc:  # the engine's own validation: the backstop for context length
+            live.finish("error", error=f"The request was refused by the model: {exc}")
+            self._flush_wakeup.set()
+
+    async def _send_positions(self) -> None:
+        queued = await database_sync_to_async(selectors.queued_generations)(limit=settings.CHAT_QUEUE_MAX)
+        positions: dict[uuid.UUID, int] = {}
+        for position, (gid, conversation_id, source) in enumerate(queued, start=1):
+            positions[gid] = position
+            if self._positions_sent.get(gid) != position:
+                group = _group_for_ids(gid, conversation_id, source)
+                await self._send(group, messages.queued_event(gid, position))
+        self._positions_sent = positions
+
+    # --- flush -----------------------------------------------------------------------------------------------
+    async def _flush_loop(self) -> None:
+        while True:
+            now = time.monotonic()
+            due_times = [
+                t for t in (g.due_at(self.flush_interval) for g in self.live.values()) if t is not None
+            ]
+            if not due_times:
+                await self._flush_wakeup.wait()
+                self._flush_wakeup.clear()
+                continue
+            wait = min(due_times) - now
+            if wait > 0:
+                await _wait(self._flush_wakeup, wait)
+                continue
+            await self._flush(now)
+
+    async def _flush(self, now: float) -> None:
+        due = [g for g in self.live.values() if (t := g.due_at(self.flush_interval)) is not None and t <= now]
+        checkpoints, deltas = [], []
+        for live in due:
+            pending = live.pending_text
+            seq = live.seq + 1 if pending else live.seq
+            checkpoints.append(
+                services.Checkpoint(
+                    generation_id=uuid.UUID(live.generation_id),
+                    text=live.text,
+                    seq=seq,
+                    final_state=live.final_state,
+                    finish_reason=live.finish_reason,
+                    error=live.error,
+                    stats=live.stats(),
+                )
+            )
+            deltas.append((live, seq, len(live.text), pending, live.finished))
+        active = [uuid.UUID(gid) for gid, g in self.live.items() if not g.finished]
+        result = await database_sync_to_async(services.generation_checkpoint)(
+            worker=self.row, checkpoints=checkpoints, active_ids=active
+        )
+        finished_ids = []
+        for live, seq, length, pending, finished in deltas:
+            gid = uuid.UUID(live.generation_id)
+            if gid in result.lost:  # someone else failed it (expired lease): stop and say nothing more
+                self._abort_in_engine(live.generation_id)
+                self.live.pop(live.generation_id, None)
+                continue
+            live.seq, live.sent_len, live.last_flush = seq, length, now
+            if pending:
+                await self._send(live.group, messages.delta_event(gid, seq, pending))
+            if finished:
+                live.done_sent = True
+                self.live.pop(live.generation_id, None)
+                finished_ids.append(gid)
+        for gid in result.cancel:
+            self._cancel(str(gid))
+        if finished_ids:
+            await self._send_done_events(finished_ids)
+            self._claim_wakeup.set()  # slots freed
+
+    # --- heartbeat -------------------------------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            try:
+                await database_sync_to_async(services.worker_heartbeat)(
+                    worker=self.row, running=len(self.live)
+                )
+                await self.layer.group_add(messages.WORKERS_GROUP, self.channel_name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("heartbeat failed; retrying")
+
+    # --- sending ---------------------------------------------------------------------------------------------
+    async def _send_done_events(self, ids: Iterable[uuid.UUID]) -> None:
+        ids = list(ids)
+        if not ids:
+            return
+        data = await database_sync_to_async(selectors.generations_data)(ids=ids)
+        for gid in ids:
+            if gid not in data:
+                continue
+            source, generation = data[gid]
+            group = _group_for_ids(gid, generation["conversation_id"], source)
+            await self._send(group, messages.done_event(generation))
+
+    async def _send(self, group: str, event: dict) -> None:
+        """Sends one event to a group; Redis trouble costs the event (clients resync from the row), not the job."""
+        try:
+            await self.layer.group_send(group, messages.client_event(event))
+        except ChannelFull:
+            log.warning("channel full: dropped a %s event for %s", event.get("type"), group)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("could not send a %s event to %s", event.get("type"), group, exc_info=True)
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    """Waits until `event` is set or `timeout` passes, then clears it."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout=timeout)
+    event.clear()
+
+
+def _group_for_ids(generation_id, conversation_id, source) -> str:
+    if conversation_id and source != Generation.Source.API:
+        return messages.conversation_group(conversation_id)
+    return messages.generation_group(generation_id)
+
+
+def _group_for(row: Generation) -> str:
+    return _group_for_ids(row.id, row.conversation_id, row.source)
+
+
+def _sampling_params(params: dict):
+    from inference.engine import SamplingParams
+
+    return SamplingParams(**params)
