@@ -6,6 +6,7 @@ recomputed later, mostly from the prefix cache) instead of failing anyone.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -90,15 +91,24 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     def waiting_order(self) -> list[Sequence]:
-        """Waiting sequences in the order they would be admitted now: fewest running per user, then arrival."""
-        counts = Counter(self._running_per_user)
-        pending = sorted(self.waiting, key=lambda s: s.arrival)
+        """Waiting sequences in the order they would be admitted now: fewest running per user, then arrival.
+
+        A heap over users (not over requests) keeps this O(W log U), so it is cheap to ask every step.
+        """
+        queues: dict[str | None, list[Sequence]] = {}
+        for seq in sorted(self.waiting, key=lambda s: s.arrival):
+            queues.setdefault(seq.user_id, []).append(seq)
+        heap = [(self._running_per_user[u], q[0].arrival, i, u) for i, (u, q) in enumerate(queues.items())]
+        heapq.heapify(heap)
+        heads = dict.fromkeys(queues, 0)
         order: list[Sequence] = []
-        while pending:
-            best = min(range(len(pending)), key=lambda i: (counts[pending[i].user_id], pending[i].arrival))
-            seq = pending.pop(best)
-            counts[seq.user_id] += 1
-            order.append(seq)
+        while heap:
+            count, _, i, user = heapq.heappop(heap)
+            queue = queues[user]
+            order.append(queue[heads[user]])
+            heads[user] += 1
+            if heads[user] < len(queue):
+                heapq.heappush(heap, (count + 1, queue[heads[user]].arrival, i, user))
         return order
 
     # --- one step ------------------------------------------------------------------------------

@@ -277,3 +277,49 @@ def test_requests_from_another_thread_while_steps_run(llm):
     reasons = {rid: outs[-1].finish_reason for rid, outs in results.items()}
     assert all(reasons[rid] == ("abort" if i % 4 == 3 else "length") for i, rid in enumerate(ids))
     assert not engine.has_unfinished_requests() and all_free(engine)
+
+
+def test_abort_and_add_during_a_forward_pass_take_effect_after_it(demo_model_dir):
+    """Another thread calling in while the forward pass runs: done here from inside the real runner's call."""
+    engine = make_llm(demo_model_dir).engine
+    p = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    engine.add_request("inflight", prompt="Hello there", params=p)
+    real_execute = engine.runner.execute
+    calls = []
+
+    def execute_with_calls_in_between(items):
+        if not calls:
+            calls.append((engine.abort("inflight"), engine.add_request("late", prompt="Hi", params=p)))
+            assert engine.scheduler.get("inflight").block_table  # its KV is being written: not freed yet
+        return real_execute(items)
+
+    engine.runner.execute = execute_with_calls_in_between
+    outs = engine.step()
+    assert calls == [(True, len(engine.scheduler.get("late").prompt_token_ids))]
+    assert [(o.request_id, o.finish_reason, o.new_token_ids) for o in outs] == [("inflight", "abort", [])]
+    assert engine.scheduler.get("late").num_computed_tokens == 0  # queued for the next step
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    rest = drain(engine)["late"]
+    assert rest[-1].finish_reason == "length" and all_free(engine)
+
+
+def test_auto_device_and_dtype_and_config_errors(demo_model_dir):
+    from inference.engine.device import cpu_supports_bf16, resolve_device, resolve_dtype
+
+    device = resolve_device("auto")
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    cpu = torch.device("cpu")
+    assert resolve_dtype("auto", cpu) == (torch.bfloat16 if cpu_supports_bf16() else torch.float32)
+    assert resolve_dtype("float16", cpu) == torch.float16
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda:0")
+    for bad, message in [
+        ({"device": "tpu"}, "device must be"),
+        ({"dtype": "int8"}, "dtype must be one of"),
+        ({"block_size": 0}, "block_size must be a positive integer"),
+        ({"max_num_seqs": 2.5}, "max_num_seqs must be a positive integer"),
+        ({"enable_prefix_caching": "yes"}, "enable_prefix_caching must be a bool"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            LLM(str(demo_model_dir), **bad)
