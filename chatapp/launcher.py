@@ -86,6 +86,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise LaunchError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another with --port or PORT"
+            ) from None
+
+
 def _spawn(name: str, argv: list[str], *, env: dict, log_dir: Path | None) -> Child:
     log_path = None
     stdout = None
@@ -210,6 +220,7 @@ class Stack:
 
     def _start(self, timeout: float) -> None:
         self.var_dir.mkdir(parents=True, exist_ok=True)
+        _check_port_free(self.host, self.port)
         manage = [sys.executable, str(BASE_DIR / "manage.py")]
         if self.migrate:
             done = subprocess.run([*manage, "migrate", "--noinput"], env=self.child_env(), cwd=BASE_DIR)
