@@ -249,7 +249,7 @@ class LLMEngine:
         return self._output(seq, delta, [token])
 
     def _finish(
-        self, seq: Sequence, reason: str, error: str | None = None, new_token_ids=None
+        self, seq: Sequence, reason: str, error: str | None = None, new_token_ids: list[int] | None = None
     ) -> RequestOutput:
         self.scheduler.finish(seq, reason, error)
         return self._output(seq, "", new_token_ids or [])

@@ -40,7 +40,10 @@ class LLM:
         *,
         user_id: str | None = None,
     ) -> list[CompletionOutput]:
-        """Run every prompt to completion (batched together); results in the order of `prompts`."""
+        """Run every prompt to completion (batched together); results in the order of `prompts`.
+
+        It drives `self.engine.step()` itself, so it is not for an engine that another thread also steps.
+        """
         items = _as_prompt_list(prompts)
         if params is None or isinstance(params, SamplingParams):
             per_prompt = [params or SamplingParams()] * len(items)

@@ -94,6 +94,7 @@ class Sampler:
                 gen = rows[i].generator
                 if gen is not None:
                     noise[j].exponential_(generator=gen)
+            noise.clamp_min_(torch.finfo(noise.dtype).tiny)  # a zero draw would turn p = 0 into NaN, and win
             picks = (probs / noise).argmax(dim=-1).tolist()
             for i, t in zip(sampled, picks, strict=True):
                 result[i] = t
