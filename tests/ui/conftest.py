@@ -1,0 +1,84 @@
+"""Browser fixtures: Debian's chromium driven by Playwright against the real stack (tests/fixtures/stack.py).
+
+Every test gets fresh browser contexts (so fresh guest identities); screenshots go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ui.chat_page import ChatPage
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture
+def browser(chat_stack, transactional_db) -> Iterator:
+    """A headless chromium, started after (and stopped before) the database and the stack fixtures.
+
+    Playwright's sync API keeps an event loop in this thread while it runs, and Django refuses ORM calls where a
+    loop runs; this order keeps the database set-up and flush outside it (tests use in_db_thread meanwhile).
+    """
+    if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).is_file():
+        pytest.fail(f"chromium not found at {CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+def wait_for_live_worker(url: str, timeout: float = 60.0) -> None:
+    """Waits until /health reports a live worker: the previous test's database flush removed its row, and the
+    worker puts it back at its next heartbeat (until then `hello` carries no model)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                if json.loads(response.read()).get("ok"):
+                    return
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"no live inference worker at {url}/health after {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def open_chat(browser, chat_stack) -> Iterator:
+    """open_chat(viewport=DESKTOP, context=None, path="/") -> a ChatPage, in a new browser context by default."""
+    wait_for_live_worker(chat_stack.url)
+    contexts = []
+
+    def open_page(*, viewport: dict = DESKTOP, context=None, path: str = "/") -> ChatPage:
+        if context is None:
+            context = browser.new_context(viewport=viewport, base_url=chat_stack.url)
+            contexts.append(context)
+        page = ChatPage(context.new_page())
+        page.goto(path)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
