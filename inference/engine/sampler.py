@@ -39,31 +39,60 @@ def _apply_penalties(row: torch.Tensor, spec: SamplingRow) -> None:
         row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(row.dtype)
 
 
-def _filter(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """Mask (to -inf) what top-k, top-p and min-p exclude, batched over rows that may all differ."""
+_CANDIDATES = 256  # top-p looks here first: a full-vocabulary sort costs far more than this top-k
+
+
+def _nucleus(
+    vals: torch.Tensor, norm: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor
+) -> torch.Tensor:
+    """Keep-mask over descending `vals`: rank below top_k, and the mass ranked above below top_p."""
+    ranks = torch.arange(vals.shape[-1], device=vals.device)
+    in_k = ranks[None, :] < top_ks[:, None]
+    probs = torch.where(in_k, (vals - norm[:, None]).exp(), 0.0)
+    before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each one
+    return in_k & (before < top_ps[:, None])
+
+
+def _top_k_top_p(logits: torch.Tensor, top_ks: list[int], top_ps: list[float]) -> torch.Tensor:
+    """Mask to -inf what top-k and then top-p (renormalised within top-k) exclude; exact.
+
+    The nucleus is searched among the top candidates when they provably hold it (the row's top-k fits in
+    them, or it has no top-k and their mass reaches top_p); otherwise the whole vocabulary is sorted.
+    """
     device, vocab = logits.device, logits.shape[-1]
-    neg_inf = torch.tensor(float("-inf"), device=device, dtype=logits.dtype)
-    top_ps = [p.top_p for p in params]
-    top_ks = [vocab if p.top_k == -1 else min(p.top_k, vocab) for p in params]
-    if any(tp < 1.0 for tp in top_ps):
+    ks = torch.tensor(top_ks, device=device)
+    ps = torch.tensor(top_ps, device=device, dtype=logits.dtype)
+    if all(tp >= 1.0 for tp in top_ps):
+        kth = logits.topk(max(top_ks), dim=-1).values.gather(-1, ks[:, None] - 1)
+        return logits.masked_fill(logits < kth, float("-inf"))
+    width = min(vocab, _CANDIDATES)
+    vals, idx = logits.topk(width, dim=-1)
+    full_norm = logits.logsumexp(dim=-1)
+    k_norm = vals.masked_fill(torch.arange(width, device=device)[None, :] >= ks[:, None], float("-inf"))
+    norm = torch.where(ks < vocab, k_norm.logsumexp(dim=-1), full_norm)
+    mass = (vals - full_norm[:, None]).exp().sum(dim=-1)
+    if not bool(((ks <= width) | ((ks == vocab) & (mass >= ps))).all()):
         vals, idx = logits.sort(dim=-1, descending=True)
-        ranks = torch.arange(vocab, device=device)
-        keep = ranks[None, :] < torch.tensor(top_ks, device=device)[:, None]
-        vals = torch.where(keep, vals, neg_inf)
-        probs = vals.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each one
-        keep = before < torch.tensor(top_ps, device=device, dtype=probs.dtype)[:, None]
-        vals = torch.where(keep, vals, neg_inf)
-        logits = torch.full_like(logits, float("-inf")).scatter_(-1, idx, vals)
-    elif any(k < vocab for k in top_ks):
-        top = logits.topk(max(top_ks), dim=-1).values
-        kth = top.gather(-1, torch.tensor(top_ks, device=device)[:, None] - 1)
-        logits = torch.where(logits < kth, neg_inf, logits)
+        norm = vals.masked_fill(torch.arange(vocab, device=device)[None, :] >= ks[:, None], float("-inf"))
+        norm = norm.logsumexp(dim=-1)
+    keep = _nucleus(vals, norm, ks, ps)
+    kept = vals.masked_fill(~keep, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter_(-1, idx, kept)
+
+
+def _filter(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """Apply top-k, top-p and min-p, each only to the rows that ask for it (rows may all differ)."""
+    vocab = logits.shape[-1]
+    rows = [i for i, p in enumerate(params) if p.top_p < 1.0 or p.top_k != -1]
+    if rows:
+        top_ks = [vocab if params[i].top_k == -1 else min(params[i].top_k, vocab) for i in rows]
+        top_ps = [params[i].top_p for i in rows]
+        logits[rows] = _top_k_top_p(logits[rows], top_ks, top_ps)
     min_ps = [p.min_p for p in params]
     if any(mp > 0.0 for mp in min_ps):
         probs = logits.softmax(dim=-1)
-        floor = probs.max(dim=-1, keepdim=True).values * torch.tensor(min_ps, device=device)[:, None]
-        logits = torch.where(probs < floor, neg_inf, logits)
+        floor = probs.max(dim=-1, keepdim=True).values * torch.tensor(min_ps, device=logits.device)[:, None]
+        logits = logits.masked_fill(probs < floor, float("-inf"))
     return logits
 
 

@@ -81,3 +81,37 @@ def test_a_seeded_row_draws_the_same_whatever_else_is_in_the_batch():
         mixed.append(s(batch, rows)[1])
     assert seeded_alone == mixed and alone[0] == seeded_alone[0]
     assert len(set(seeded_alone)) > 1  # it really samples
+
+
+def _reference_keep(row: torch.Tensor, k: int, p: float) -> set[int]:
+    """Top-k, then top-p renormalised within top-k, by the textbook full sort, one row at a time."""
+    vals, idx = row.sort(descending=True)
+    vals = vals[:k]
+    probs = (vals - vals.logsumexp(dim=-1)).exp()
+    before = probs.cumsum(dim=-1) - probs
+    return set(idx[:k][before < p].tolist())
+
+
+def test_top_k_top_p_filter_is_exact_on_peaked_and_flat_rows():
+    from inference.engine.sampler import _filter
+
+    gen = torch.Generator().manual_seed(5)
+    vocab = 3000
+    peaked = torch.randn(6, vocab, generator=gen) * 4  # the nucleus sits in the top candidates
+    flat = torch.randn(6, vocab, generator=gen) * 0.1  # it does not: the full sort must take over
+    settings = [(-1, 0.9), (20, 0.5), (-1, 0.3), (1000, 0.95), (5, 1.0), (-1, 0.99)]
+    for logits in (peaked, flat):
+        params = [SamplingParams(top_k=k, top_p=p) for k, p in settings]
+        out = _filter(logits.clone(), params)
+        for i, (k, p) in enumerate(settings):
+            kept = set(torch.nonzero(out[i] > float("-inf")).flatten().tolist())
+            assert kept == _reference_keep(logits[i], vocab if k == -1 else k, p), (i, k, p)
+            assert torch.equal(out[i][list(kept)], logits[i][list(kept)])  # kept logits unchanged
+
+
+def test_rows_without_filters_are_left_alone_next_to_filtered_ones():
+    from inference.engine.sampler import _filter
+
+    logits = torch.randn(2, 100)
+    out = _filter(logits.clone(), [SamplingParams(), SamplingParams(top_p=0.5)])
+    assert torch.equal(out[0], logits[0]) and (out[1] == float("-inf")).any()
