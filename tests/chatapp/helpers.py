@@ -1,0 +1,39 @@
+"""Small helpers shared by the backend tests (reading rows, collecting an answer's stream)."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+
+from chatapp.models import Generation, Message
+
+
+@sync_to_async
+def generation_row(generation_id) -> Generation:
+    return Generation.objects.get(id=generation_id)
+
+
+@sync_to_async
+def assistant_message(generation_id) -> Message:
+    return Message.objects.get(generation_id=generation_id)
+
+
+@sync_to_async
+def count_generations() -> int:
+    return Generation.objects.count()
+
+
+def stream_text(events: list[dict], generation_id: str) -> str:
+    """The answer's text as a client builds it: deltas in seq order (checked consecutive), snapshots replace."""
+    text, seq = "", 0
+    for event in events:
+        if event["type"] == "snapshot" and event["generation"]["id"] == generation_id:
+            text, seq = event["generation"]["text"], event["generation"]["seq"]
+        elif event["type"] == "delta" and event["generation_id"] == generation_id:
+            assert event["seq"] == seq + 1, f"delta seq {event['seq']} after {seq}"
+            text += event["text"]
+            seq = event["seq"]
+    return text
+
+
+def is_done(generation_id: str):
+    return lambda e: e["type"] == "done" and e["generation"]["id"] == generation_id
