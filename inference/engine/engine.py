@@ -62,6 +62,7 @@ class LLMEngine:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._tokenizer_lock = threading.Lock()  # the tokenizer is shared by add_request and step threads
+        self._step_lock = threading.Lock()
         self._arrivals = itertools.count()
         self._reported: list[RequestOutput] = []  # finishes outside a step, reported by the next step
         self._in_flight: set[str] = set()
@@ -179,6 +180,14 @@ class LLMEngine:
     # --- one step ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one batched forward pass; return the news of every request that has some."""
+        if not self._step_lock.acquire(blocking=False):
+            raise RuntimeError("step() is already running in another thread; drive an engine from one thread")
+        try:
+            return self._step()
+        finally:
+            self._step_lock.release()
+
+    def _step(self) -> list[RequestOutput]:
         with self._lock:
             outputs, self._reported = self._reported, []
             plan = self.scheduler.schedule()
@@ -190,23 +199,28 @@ class LLMEngine:
         except Exception as exc:  # isolate the fault: only this step's requests fail
             message = f"{type(exc).__name__}: {exc}"
             with self._lock:
-                self._in_flight = set()
-                self._abort_after_step.clear()
-                outputs.extend(self._finish(s.seq, "error", message) for s in plan.scheduled)
+                self._end_in_flight(outputs)
+                outputs.extend(
+                    self._finish(s.seq, "error", message) for s in plan.scheduled if not s.seq.is_finished
+                )
             return outputs
         with self._lock:
-            self._in_flight = set()
-            for request_id in self._abort_after_step:
-                seq = self.scheduler.get(request_id)
-                if seq is not None:
-                    outputs.append(self._finish(seq, "abort"))
-            self._abort_after_step.clear()
+            self._end_in_flight(outputs)
             self.scheduler.after_step(plan.scheduled)
             with self._tokenizer_lock:
                 for item, token in zip(sampled, tokens, strict=True):
                     if not item.seq.is_finished:
                         outputs.append(self._accept_token(item.seq, token))
         return outputs
+
+    def _end_in_flight(self, outputs: list[RequestOutput]) -> None:
+        """The forward pass is over: carry out the aborts that arrived during it."""
+        self._in_flight = set()
+        for request_id in self._abort_after_step:
+            seq = self.scheduler.get(request_id)
+            if seq is not None:
+                outputs.append(self._finish(seq, "abort"))
+        self._abort_after_step.clear()
 
     def _forward(self, scheduled: list[ScheduledSeq]) -> tuple[list[int], list[ScheduledSeq]]:
         items = [

@@ -183,20 +183,24 @@ def test_abort_in_each_state_frees_every_block(demo_model_dir):
 
 
 def test_a_failing_step_ends_only_its_requests_and_the_engine_carries_on(demo_model_dir):
-    engine = make_llm(demo_model_dir, max_num_seqs=1).engine
+    engine = make_llm(demo_model_dir, max_num_seqs=2).engine
     p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-    engine.add_request("victim", prompt="Hello", params=p)
-    engine.add_request("bystander", prompt="Hello", params=p)
+    for rid in ("victim", "aborted", "bystander"):
+        engine.add_request(rid, prompt="Hello", params=p)
     real_execute = engine.runner.execute
 
     def fail_once(items):  # fault injection around the real runner: its next forward pass raises
         engine.runner.execute = real_execute
+        engine.abort("aborted")  # asked for during the failing pass: an abort, not an error
         raise RuntimeError("device fell over")
 
     engine.runner.execute = fail_once
     outs = engine.step()
-    assert [(o.request_id, o.finish_reason, o.finished) for o in outs] == [("victim", "error", True)]
-    assert "device fell over" in outs[0].error
+    assert sorted((o.request_id, o.finish_reason, o.finished) for o in outs) == [
+        ("aborted", "abort", True),
+        ("victim", "error", True),
+    ]
+    assert "device fell over" in next(o.error for o in outs if o.request_id == "victim")
     rest = drain(engine)["bystander"]
     assert rest[-1].finish_reason == "length" and sum(len(o.new_token_ids) for o in rest) == 6
     assert all_free(engine)
@@ -291,6 +295,8 @@ def test_abort_and_add_during_a_forward_pass_take_effect_after_it(demo_model_dir
         if not calls:
             calls.append((engine.abort("inflight"), engine.add_request("late", prompt="Hi", params=p)))
             assert engine.scheduler.get("inflight").block_table  # its KV is being written: not freed yet
+            with pytest.raises(RuntimeError, match="already running"):
+                engine.step()  # a second driver is refused, not interleaved
         return real_execute(items)
 
     engine.runner.execute = execute_with_calls_in_between
