@@ -179,6 +179,18 @@ def _health(url: str) -> dict | None:
         return None
 
 
+def wait_until_healthy(url: str, *, timeout: float = 60.0) -> dict:
+    """Polls `url`/health until it reports the database, Redis and a live worker; LaunchError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    report = None
+    while time.monotonic() < deadline:
+        report = _health(url)
+        if report and report.get("ok"):
+            return report
+        time.sleep(0.2)
+    raise LaunchError(f"{url}/health did not report ready within {timeout:.0f}s: {report}")
+
+
 @dataclass
 class Stack:
     """Redis (embedded unless `redis_url`), the worker and Daphne, started in that order and stopped in reverse.
