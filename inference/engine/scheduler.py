@@ -32,10 +32,7 @@ class ScheduledSeq:
 class SchedulerOutput:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.scheduled)
+    num_batched_tokens: int = 0  # kept in step with `scheduled`, so the budget check is O(1)
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
@@ -121,6 +118,7 @@ class Scheduler:
         self.waiting.append(seq)
         out.preempted.append(seq)
         out.scheduled = [s for s in out.scheduled if s.seq is not seq]
+        out.num_batched_tokens = sum(s.num_tokens for s in out.scheduled)
 
     def _reserve(self, seq: Sequence, want: int, out: SchedulerOutput) -> int:
         """Blocks for up to `want` tokens of running `seq`, preempting newer sequences if none fit.
@@ -162,6 +160,7 @@ class Scheduler:
     def _add(out: SchedulerOutput, seq: Sequence, n: int) -> None:
         start = seq.num_computed_tokens
         out.scheduled.append(ScheduledSeq(seq, start, n, start + n == seq.num_tokens))
+        out.num_batched_tokens += n
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()

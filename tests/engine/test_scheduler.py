@@ -27,6 +27,7 @@ def add(sched, rid, n_prompt, max_tokens=4, user="u", first=0):
 def step(sched) -> SchedulerOutput:
     """One step as the engine runs it, with a fake model whose next token is the sequence's length."""
     out = sched.schedule()
+    assert out.num_batched_tokens == sum(s.num_tokens for s in out.scheduled) <= sched.max_num_batched_tokens
     sched.after_step(out.scheduled)
     for item in out.scheduled:
         if item.need_logits:
