@@ -41,6 +41,11 @@ class EngineConfig:
         _positive_int("block_size", self.block_size)
         _positive_int("max_num_seqs", self.max_num_seqs)
         _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_num_seqs "
+                f"({self.max_num_seqs}), or some running sequences could never get their decode step"
+            )
         for name in ("kv_cache_memory", "num_kv_blocks", "max_model_len"):
             value = getattr(self, name)
             if value is not None:

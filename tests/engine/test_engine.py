@@ -326,6 +326,7 @@ def test_auto_device_and_dtype_and_config_errors(demo_model_dir):
         ({"block_size": 0}, "block_size must be a positive integer"),
         ({"max_num_seqs": 2.5}, "max_num_seqs must be a positive integer"),
         ({"enable_prefix_caching": "yes"}, "enable_prefix_caching must be a bool"),
+        ({"max_num_seqs": 64, "max_num_batched_tokens": 32}, "must be at least max_num_seqs"),
     ]:
         with pytest.raises(ValueError, match=message):
             LLM(str(demo_model_dir), **bad)
