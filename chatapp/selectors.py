@@ -87,8 +87,15 @@ class ModelInfo:
             return max(1, min(settings.CHAT_MAX_TOKENS, self.max_context - 1))
         return settings.CHAT_MAX_TOKENS
 
+    @property
+    def display_name(self) -> str:
+        """A hub id as is; a local folder by its last component (server paths are nobody's business)."""
+        if self.name.startswith(("/", ".", "~")) or "\\" in self.name:
+            return self.name.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+        return self.name
+
     def as_data(self) -> dict:
-        return {"name": self.name, "is_demo": self.is_demo, "max_context": self.max_context}
+        return {"name": self.display_name, "is_demo": self.is_demo, "max_context": self.max_context}
 
 
 def current_model() -> ModelInfo:
