@@ -149,8 +149,19 @@ class Attention(nn.Module):
         # needs no copy of K/V, and a padding mask is all the masking there is.
         b = q.shape[0]
         qg = q.view(b, self.nkv, self.group, self.hd)
-        kg = k_cache[meta.decode_kv_slots].transpose(1, 2)  # [B, nkv, L, hd]
-        vg = v_cache[meta.decode_kv_slots].transpose(1, 2)
+        slots = (
+            meta.decode_kv_slots
+        )  # [B, L]; index_select on the flat slots is far faster than k_cache[slots]
+        kg = (
+            k_cache.index_select(0, slots.flatten())
+            .view(b, slots.shape[1], self.nkv, self.hd)
+            .transpose(1, 2)
+        )
+        vg = (
+            v_cache.index_select(0, slots.flatten())
+            .view(b, slots.shape[1], self.nkv, self.hd)
+            .transpose(1, 2)
+        )
         out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=meta.decode_mask, scale=self.scale)
         return out.reshape(b, self.nq, self.hd)
 
@@ -167,7 +178,7 @@ class Attention(nn.Module):
         if chunk.kv_slots is None:
             kc, vc = k[chunk.start : chunk.end], v[chunk.start : chunk.end]
         else:
-            kc, vc = k_cache[chunk.kv_slots], v_cache[chunk.kv_slots]
+            kc, vc = k_cache.index_select(0, chunk.kv_slots), v_cache.index_select(0, chunk.kv_slots)
         kc = kc.transpose(0, 1).repeat_interleave(self.group, dim=0)  # [nq, L, hd]
         vc = vc.transpose(0, 1).repeat_interleave(self.group, dim=0)
         if chunk.mask is None:
