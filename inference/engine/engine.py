@@ -112,8 +112,9 @@ class LLMEngine:
                 f"the prompt has {num_prompt} tokens but the model's context length is {limit} tokens "
                 f"(and at least one must be left to generate): {num_prompt - limit + 1} too many"
             )
-        if max_tokens is None:
-            max_tokens = limit - num_prompt
+        if max_tokens is None:  # as long as the context and the KV pool allow
+            pool_tokens = self.block_manager.num_blocks * self.block_manager.block_size
+            max_tokens = max(1, min(limit, pool_tokens) - num_prompt)
         total = num_prompt + max_tokens
         if total > limit:
             raise ValueError(

@@ -24,7 +24,7 @@ def _integer(name: str, value: object) -> int:
 class SamplingParams:
     """How one request picks its tokens and when it stops.
 
-    temperature 0 means greedy. top_k -1 means off. max_tokens None means "until the context is full".
+    temperature 0 means greedy. top_k -1 means off. max_tokens None means "as long as the context and the KV pool allow".
     Stop strings are excluded from the returned text; the token that completed one is kept in token_ids.
     """
 

@@ -234,6 +234,9 @@ def test_max_tokens_none_runs_to_the_context_limit(demo_model_dir):
     llm = make_llm(demo_model_dir, max_model_len=32)
     (out,) = llm.generate("Hello", SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))
     assert len(out.prompt_token_ids) + len(out.token_ids) == 32 and out.finish_reason == "length"
+    pool_bound = make_llm(demo_model_dir, max_model_len=64, num_kv_blocks=2, block_size=16)
+    (out,) = pool_bound.generate("Hello", SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))
+    assert len(out.prompt_token_ids) + len(out.token_ids) == 32
 
 
 def test_chat_messages_and_step_output_fields(llm):
