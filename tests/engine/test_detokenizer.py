@@ -94,3 +94,38 @@ def test_text_that_may_start_a_stop_is_held_until_decided(tokenizer, decoder):
         assert not any(emitted.endswith(stop[0][:k]) for k in range(1, len(stop[0])))
     emitted += detok.flush()
     assert emitted == "x </ans and more" and not detok.stopped
+
+
+@pytest.fixture(scope="module")
+def byte_level_decoder():
+    """A small byte-level BPE (the GPT-2 / Llama 3 / Qwen / SmolLM2 kind), trained here on the demo corpus."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from inference.demo import CORPUS
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([CORPUS.read_text(encoding="utf-8")[:20000]], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+def test_byte_level_bpe_streams_hard_strings_and_noise_exactly(byte_level_decoder):
+    tokenizer = byte_level_decoder
+    decoder = make_decoder(tokenizer)
+    for text in HARD_STRINGS:
+        ids = tokenizer.encode(text)
+        deltas, _ = stream(decoder, ids)
+        assert "".join(deltas) == text and not any("\ufffd" in d for d in deltas)
+    rng = random.Random(99)
+    for _ in range(300):
+        ids = [rng.randrange(len(tokenizer)) for _ in range(rng.randrange(1, 40))]
+        deltas, _ = stream(decoder, ids)
+        assert "".join(deltas) == decoder.decode(ids), ids
