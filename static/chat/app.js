@@ -20,7 +20,7 @@ export class ChatApp {
   constructor(boot, $) {
     this.$ = $;
     this.currentId = boot.conversationId;
-    this.loading = false;
+    this.loading = Boolean(this.currentId); // until the server's history for it arrives
     this.pending = new Map(); // request_id -> {kind, retry?}
     this.newChatSettings = { system_prompt: "", params: {} };
     this.resumeAsked = new Set();
@@ -248,7 +248,7 @@ export class ChatApp {
   }
 
   on_generation(frame) {
-    this.applyGeneration(frame.generation);
+    this.applyGeneration(frame.generation, { create: true, replacesMessageId: frame.replaces_message_id ?? null });
   }
 
   on_snapshot(frame) {
@@ -261,9 +261,9 @@ export class ChatApp {
     this.applyGeneration(frame.generation);
   }
 
-  applyGeneration(gen) {
+  applyGeneration(gen, options = {}) {
     if (this.loading || gen.conversation_id !== this.currentId) return;
-    this.thread.upsertGeneration(gen);
+    this.thread.upsertGeneration(gen, options);
     this.updateBusy();
   }
 

@@ -74,18 +74,28 @@ export class ThreadView {
     this.refresh();
   }
 
-  /** A `generation`, `snapshot` or `done` event: updates its answer, or adds one (replacing it on regenerate). */
-  upsertGeneration(gen) {
+  /**
+   * A `generation`, `snapshot` or `done` event: updates its answer, or (`create`, for `generation`) adds one.
+   * A regenerated answer takes the place of the one it replaces (`replacesMessageId`, else the last answer
+   * when no user message follows it).
+   */
+  upsertGeneration(gen, { create = false, replacesMessageId = null } = {}) {
     let view = this.byGeneration(gen.id);
     if (!view && gen.message_id != null) {
       view = this.views.find((v) => v.role === "assistant" && v.messageId === gen.message_id);
     }
+    if (!view && !create) return null; // a snapshot or end of an answer this view never showed
     if (!view) {
       const last = this.views.at(-1);
-      if (last && last.role === "assistant" && !last.isActive) {
-        // Regenerate: the new answer takes the place of the last one.
-        last.el.remove();
-        this.views.pop();
+      const replaced =
+        replacesMessageId != null
+          ? this.views.find((v) => v.role === "assistant" && v.messageId === replacesMessageId)
+          : last && last.role === "assistant" && !last.isActive
+            ? last
+            : null;
+      if (replaced) {
+        replaced.el.remove();
+        this.views.splice(this.views.indexOf(replaced), 1);
       }
       view = new MessageView({ role: "assistant", messageId: gen.message_id, onRegenerate: this.onRegenerate });
       this.append(view);

@@ -14,10 +14,34 @@ from playwright.sync_api import Page, expect
 WAIT_MS = 60_000  # a step that should happen soon (a page load, an answer starting)
 ANSWER_MS = 240_000  # a whole long answer on a busy two-core machine
 
-# Greedy (temperature 0) answers of the demo model are fixed per prompt; this one runs to max_tokens without an
-# end-of-sequence token, so an answer stays in flight long enough to stop, reload or drop the socket mid-way.
-LONG_PROMPT = "Count to one thousand"
-LONG_SETTINGS = {"temperature": "0", "max_tokens": "1900"}
+# Greedy (temperature 0) answers of the demo model are fixed per prompt. Prompts whose answer runs to max_tokens
+# without an end-of-sequence token keep an answer in flight long enough to stop, reload or drop the socket mid-way;
+# which prompts do depends on the demo model's random weights, so the tests probe for them (find_long_prompts).
+LONG_SETTINGS = {"temperature": "0", "max_tokens": "2000"}
+CANDIDATE_PROMPTS = [f"Please count to {n} slowly" for n in range(100, 4100, 100)]
+
+_PROBE_JS = """
+async ({prompts, want, maxTokens}) => {
+  const ws = new WebSocket(`ws://${location.host}/ws/chat/`);
+  await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = reject; });
+  const found = [];
+  for (const content of prompts) {
+    const end = new Promise((resolve) => {
+      ws.onmessage = (event) => {
+        const frame = JSON.parse(event.data);
+        if (frame.type === "done" || frame.type === "error") resolve(frame);
+      };
+    });
+    const params = {temperature: 0, max_tokens: maxTokens};
+    ws.send(JSON.stringify({type: "send", conversation_id: null, content, params}));
+    const frame = await end;
+    if (frame.type === "done" && frame.generation.finish_reason === "length") found.push(content);
+    if (found.length === want) break;
+  }
+  ws.close();
+  return found;
+}
+"""
 
 
 class ChatPage:
@@ -46,7 +70,10 @@ class ChatPage:
         self.wait_connected()
 
     def wait_connected(self) -> None:
-        self.page.wait_for_function("() => window.chatApp && window.chatApp.socket.isOpen")
+        """Waits until the socket is open and the open conversation (if any) is loaded from the server."""
+        self.page.wait_for_function(
+            "() => window.chatApp && window.chatApp.socket.isOpen && !window.chatApp.loading"
+        )
         expect(self.page.locator("#send")).to_be_enabled()
 
     @property
@@ -80,9 +107,16 @@ class ChatPage:
         box.press("Enter")
         expect(self.page.locator(".msg-user .msg-body").last).to_have_text(text)
 
-    def start_long_answer(self) -> None:
+    def find_long_prompts(self, want: int) -> list[str]:
+        """Prompts whose greedy answer runs to LONG_SETTINGS' max_tokens (sent from this page's own socket)."""
+        return self.page.evaluate(
+            _PROBE_JS,
+            {"prompts": CANDIDATE_PROMPTS, "want": want, "maxTokens": int(LONG_SETTINGS["max_tokens"])},
+        )
+
+    def start_long_answer(self, prompt: str) -> None:
         self.set_settings(**LONG_SETTINGS)
-        self.send(LONG_PROMPT)
+        self.send(prompt)
         self.wait_answer_text()
 
     # --- what is on screen --------------------------------------------------------------------------------------
@@ -109,9 +143,6 @@ class ChatPage:
             "() => { const v = window.chatApp.thread.views.at(-1);"
             " return {id: v.generationId, text: v.text, seq: v.seq, state: v.state}; }"
         )
-
-    def sidebar_titles(self) -> list[str]:
-        return self.page.locator(".conversation-link").all_inner_texts()
 
     def frames_of(self, kind: str) -> list[dict]:
         return [f for f in self.frames if f.get("type") == kind]

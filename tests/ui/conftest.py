@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.chat_page import ChatPage
+from tests.ui.chat_page import CANDIDATE_PROMPTS, ChatPage
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -82,3 +82,21 @@ def open_chat(browser, chat_stack) -> Iterator:
     yield open_page
     for context in contexts:
         context.close()
+
+
+_long_prompts: list[str] = []
+
+
+@pytest.fixture
+def long_prompts(open_chat) -> list[str]:
+    """Two prompts whose greedy demo-model answers run to max_tokens (probed once per session, as a separate guest)."""
+    if not _long_prompts:
+        probe = open_chat()
+        found = probe.find_long_prompts(2)
+        probe.page.close()
+        if len(found) < 2:
+            pytest.fail(
+                f"no two prompts among {len(CANDIDATE_PROMPTS)} make the demo model answer at length: {found}"
+            )
+        _long_prompts.extend(found)
+    return list(_long_prompts)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from playwright.sync_api import expect
 
-from tests.ui.chat_page import LONG_PROMPT, LONG_SETTINGS
+from tests.ui.chat_page import LONG_SETTINGS
 from tests.ui.conftest import DOCS, PHONE
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
@@ -51,13 +51,13 @@ def generation_row(generation_id: str) -> dict:
     return in_db_thread(read)
 
 
-def test_two_users_each_see_only_their_own_answer_stream(open_chat, artifacts):
+def test_two_users_each_see_only_their_own_answer_stream(open_chat, long_prompts, artifacts):
     alice, bob = open_chat(), open_chat()
     assert alice.boot_user()["username"] != bob.boot_user()["username"]
     for page in (alice, bob):
         page.set_settings(**LONG_SETTINGS)
-    alice.send(LONG_PROMPT)
-    bob.send("Hi!")  # also a long greedy answer, so both stream at the same time
+    alice.send(long_prompts[0])
+    bob.send(long_prompts[1])  # both answers are long, so they stream at the same time
     alice.wait_answer_text()
     bob.wait_answer_text()
     alice.wait_answer_final()
@@ -74,7 +74,7 @@ def test_two_users_each_see_only_their_own_answer_stream(open_chat, artifacts):
         assert {d["generation_id"] for d in deltas} == {answer["id"]}
         row = generation_row(answer["id"])
         assert row["text"] == answer["text"] and row["text"]
-        assert page.sidebar_titles() == [row["title"]]
+        expect(page.page.locator(".conversation-link")).to_have_text([row["title"]])
         assert page.errors == []
     assert answers["alice"]["id"] != answers["bob"]["id"]
     for page, other in ((alice, answers["bob"]), (bob, answers["alice"])):
@@ -86,9 +86,9 @@ def test_two_users_each_see_only_their_own_answer_stream(open_chat, artifacts):
     bob.screenshot(artifacts / "two-users-bob.png")
 
 
-def test_stop_keeps_the_partial_answer_marked_stopped(open_chat, artifacts):
+def test_stop_keeps_the_partial_answer_marked_stopped(open_chat, long_prompts, artifacts):
     chat = open_chat()
-    chat.start_long_answer()
+    chat.start_long_answer(long_prompts[0])
     expect(chat.page.locator("#stop")).to_be_visible()
     chat.page.click("#stop")
     assert chat.wait_answer_final() == "stopped"
@@ -105,31 +105,28 @@ def test_stop_keeps_the_partial_answer_marked_stopped(open_chat, artifacts):
     assert chat.answer_state()["text"] == row["text"]
 
 
-def test_reload_mid_answer_shows_the_text_so_far_and_keeps_streaming(open_chat):
+def test_reload_mid_answer_shows_the_text_so_far_and_keeps_streaming(open_chat, long_prompts):
     chat = open_chat()
-    chat.start_long_answer()
+    chat.start_long_answer(long_prompts[0])
     url = chat.page.url
     assert chat.conversation_id is not None
     chat.frames.clear()
     chat.reload()
     assert chat.page.url == url
-    history = chat.frames_of("history")[0]
-    answer = history["messages"][-1]["generation"]
-    assert answer["state"] in ("queued", "running") and answer["seq"] > 0, (
-        "the answer ended before the reload"
-    )
-    assert history["messages"][-1]["content"] == answer["text"] != ""
+    shown = chat.answer_state()  # straight after the reloaded page loaded the conversation
+    assert shown["state"] in ("queued", "running"), f"the answer ended before the reload: {shown}"
+    assert shown["text"] != "" and shown["seq"] > 0
     chat.wait_answer_final()
     assert chat.frames_of("delta"), "nothing streamed after the reload"
     final = chat.answer_state()
     row = generation_row(final["id"])
     assert row["state"] == "done" and final["text"] == row["text"]
-    assert final["text"].startswith(answer["text"])
+    assert final["text"].startswith(shown["text"])
 
 
-def test_two_tabs_and_a_dropped_socket_both_stream_to_the_end(open_chat):
+def test_two_tabs_and_a_dropped_socket_both_stream_to_the_end(open_chat, long_prompts):
     first = open_chat()
-    first.start_long_answer()
+    first.start_long_answer(long_prompts[1])
     second = open_chat(context=first.page.context, path=f"/c/{first.conversation_id}")
     second.wait_answer_text()
     first.frames.clear()
@@ -215,7 +212,8 @@ def test_conversations_new_rename_delete_and_the_url_survives_reload(open_chat):
     expect(chat.page.locator("#welcome")).to_be_visible()
     chat.send("second conversation")
     chat.wait_answer_final()
-    assert chat.sidebar_titles() == ["second conversation", "first conversation"]  # most recent first
+    titles = chat.page.locator(".conversation-link")
+    expect(titles).to_have_text(["second conversation", "first conversation"])  # most recent first
 
     item = chat.page.locator(f"[data-conversation-id='{first_id}']")
     item.locator("[data-role=rename]").click()
@@ -234,7 +232,7 @@ def test_conversations_new_rename_delete_and_the_url_survives_reload(open_chat):
     expect(chat.page.locator(".conversation-link")).to_have_text(["second conversation"])
     expect(chat.page).to_have_url(f"{site}/")
     chat.reload()
-    assert chat.sidebar_titles() == ["second conversation"]
+    expect(chat.page.locator(".conversation-link")).to_have_text(["second conversation"])
 
 
 def test_phone_width_layout_has_no_sideways_scrolling(open_chat, artifacts):
@@ -315,3 +313,51 @@ def test_desktop_screenshot_for_the_readme(open_chat, artifacts):
     chat.screenshot(artifacts / "desktop-chat.png")
     DOCS.mkdir(exist_ok=True)
     shutil.copyfile(artifacts / "desktop-chat.png", DOCS / "screenshot.png")
+
+
+def test_settings_newlines_regenerate_and_refusals_shown_in_place(open_chat):
+    chat = open_chat()
+    box = chat.page.locator("#prompt")
+    box.fill("line one")
+    box.press("Shift+Enter")  # a new line, not a send
+    box.press_sequentially("line two")
+    expect(chat.page.locator(".msg-user")).to_have_count(0)
+    box.press("Enter")
+    expect(chat.page.locator(".msg-user .msg-body")).to_have_text(["line one\nline two"])
+    chat.wait_answer_final()
+    first = chat.answer_state()["id"]
+
+    chat.last_answer.get_by_role("button", name="Regenerate").click()
+    chat.page.wait_for_function(
+        "(old) => { const v = window.chatApp.thread.views.at(-1); return v.generationId && v.generationId !== old; }",
+        arg=first,
+    )
+    chat.wait_answer_final()
+    expect(chat.page.locator(".msg-assistant")).to_have_count(1)  # the new answer replaced the old one
+
+    chat.set_settings(system_prompt="Answer briefly.", temperature="0.5", top_p="0.9", max_tokens="64")
+    chat.reload()
+    chat.page.click("#settings-toggle")
+    expect(chat.page.locator("#set-system")).to_have_value("Answer briefly.")
+    expect(chat.page.locator("#set-temperature")).to_have_value("0.5")
+    expect(chat.page.locator("#set-top-p")).to_have_value("0.9")
+    expect(chat.page.locator("#set-max-tokens")).to_have_value("64")
+    chat.page.fill("#set-temperature", "5")
+    chat.page.click("#settings-panel button[type=submit]")
+    expect(chat.page.locator("#settings-note")).to_contain_text("Temperature must be")
+    chat.page.fill("#set-temperature", "0.5")
+    chat.page.fill("#set-max-tokens", "2000")
+    chat.page.click("#settings-panel button[type=submit]")
+    expect(chat.page.locator("#settings-note")).to_have_text("Saved.")
+    chat.page.click("#settings-cancel")
+
+    long_message = " ".join(
+        f"word{i}" for i in range(200)
+    )  # with max_tokens 2000 this cannot fit the context
+    box.fill(long_message)
+    box.press("Enter")
+    refusal = chat.page.locator(".thread-error")
+    expect(refusal).to_contain_text("Not sent")
+    expect(refusal).to_contain_text("context")
+    expect(box).to_have_value(long_message)  # given back to edit
+    expect(chat.page.locator(".msg-user")).to_have_count(1)
