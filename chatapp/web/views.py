@@ -8,10 +8,12 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
+from django.utils.decorators import method_decorator
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
 
 from chatapp import identity
+from chatapp.web.csp import content_security_policy
 from chatapp.web.forms import SignupForm
 
 
@@ -31,6 +33,7 @@ def _safe_next(request: HttpRequest) -> str:
     return target if target and allowed else reverse("chat")
 
 
+@content_security_policy
 @require_http_methods(["GET", "HEAD"])
 def chat_page(request: HttpRequest, conversation_id: UUID | None = None) -> HttpResponse:
     """The chat page; a first-time visitor becomes a guest here so the socket has a user to belong to."""
@@ -48,6 +51,7 @@ def chat_page(request: HttpRequest, conversation_id: UUID | None = None) -> Http
     return render(request, "chat.html", context)
 
 
+@content_security_policy
 @require_http_methods(["GET", "HEAD", "POST"])
 def signup_page(request: HttpRequest) -> HttpResponse:
     """Sign-up: the current guest becomes the new account, so the chats made so far stay."""
@@ -68,6 +72,7 @@ def signup_page(request: HttpRequest) -> HttpResponse:
     return render(request, "auth/signup.html", {"form": form, "next": request.GET.get("next", "")})
 
 
+@method_decorator(content_security_policy, name="dispatch")
 class LoginPage(auth_views.LoginView):
     """Log-in; a guest may log in too (its own chats stay with the guest identity it leaves)."""
 

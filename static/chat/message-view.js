@@ -181,7 +181,7 @@ export class MessageView {
     const button = event.target.closest("button");
     if (!button || !this.el.contains(button)) return;
     if (button.classList.contains("copy-code")) {
-      const code = button.closest(".code-block")?.querySelector("pre")?.textContent ?? "";
+      const code = (button.closest(".code-block")?.querySelector("pre")?.textContent ?? "").replace(/\n$/, "");
       flash(button, (await copyText(code)) ? "Copied" : "Copy failed");
     } else if (button.dataset.action === "copy") {
       flash(button, (await copyText(this.text)) ? "Copied" : "Copy failed");

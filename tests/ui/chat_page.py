@@ -52,7 +52,12 @@ class ChatPage:
         page.set_default_timeout(WAIT_MS)
         page.on("websocket", self._watch_socket)
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        page.on("console", self._watch_console)
         page.on("dialog", lambda dialog: dialog.accept())
+
+    def _watch_console(self, message) -> None:
+        if message.type == "error" and "Content Security Policy" in message.text:
+            self.errors.append(message.text)
 
     def _watch_socket(self, ws) -> None:
         def received(payload) -> None:

@@ -184,7 +184,10 @@ def test_html_and_scripts_from_messages_and_answers_show_as_text(open_chat, arti
     expect(answer).to_contain_text('<img src="x" onerror=')
     expect(answer.locator("b")).to_have_count(0)
     expect(answer.locator("pre code")).to_have_text("<script>alert(1)</script>")
-    expect(chat.last_answer.locator(".copy-code")).to_be_visible()
+    chat.page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    chat.last_answer.locator(".copy-code").click()
+    expect(chat.last_answer.locator(".copy-code")).to_have_text("Copied")
+    assert chat.page.evaluate("() => navigator.clipboard.readText()") == "<script>alert(1)</script>"
     expect(answer.locator("a")).to_have_count(1)
     assert (answer.locator("a").get_attribute("href") or "").startswith("javascript:") is False
 
@@ -249,6 +252,7 @@ def test_phone_width_layout_has_no_sideways_scrolling(open_chat, artifacts):
     chat.screenshot(artifacts / "phone-drawer.png")
     chat.page.keyboard.press("Escape")
     expect(chat.page.locator("#sidebar")).not_to_be_visible()
+    assert chat.errors == []
 
 
 SHOWCASE = """Continuous batching keeps every user's decode step in **one forward pass**:
@@ -310,6 +314,7 @@ def test_desktop_screenshot_for_the_readme(open_chat, artifacts):
     chat.wait_answer_final()
     expect(chat.page.locator("#demo-banner")).to_be_visible()
     chat.page.locator("#prompt").focus()
+    assert chat.errors == []
     chat.screenshot(artifacts / "desktop-chat.png")
     DOCS.mkdir(exist_ok=True)
     shutil.copyfile(artifacts / "desktop-chat.png", DOCS / "screenshot.png")
@@ -361,3 +366,31 @@ def test_settings_newlines_regenerate_and_refusals_shown_in_place(open_chat):
     expect(refusal).to_contain_text("context")
     expect(box).to_have_value(long_message)  # given back to edit
     expect(chat.page.locator(".msg-user")).to_have_count(1)
+
+
+def test_every_control_is_reachable_with_the_keyboard(open_chat):
+    chat = open_chat()
+    chat.send("hello")
+    chat.wait_answer_final()
+    reached = []
+    for _ in range(20):
+        chat.page.keyboard.press("Tab")
+        reached.append(
+            chat.page.evaluate(
+                "() => { const e = document.activeElement;"
+                " return e.id || e.getAttribute('aria-label') || e.textContent.trim(); }"
+            )
+        )
+    expected = [
+        "new-chat",
+        "hello",
+        "Rename “hello”",
+        "Delete “hello”",
+        "Sign up",
+        "Log in",
+        "settings-toggle",
+    ]
+    expected += ["Copy", "Regenerate", "prompt", "send"]
+    cycle = reached[reached.index("Skip to message box") :]  # one round of Tab presses from the page's top
+    positions = [cycle.index(control) if control in cycle else -1 for control in expected]
+    assert -1 not in positions and positions == sorted(positions), f"Tab order {cycle} lacks {expected}"

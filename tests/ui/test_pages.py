@@ -133,3 +133,9 @@ def test_chat_page_loads_only_local_assets(client):
     html = client.get("/").content.decode()
     assert "http://" not in html.replace('"http://www.w3.org', "") and "https://" not in html
     assert '<script type="module" src="/static/chat/main.js">' in html
+
+
+def test_pages_forbid_scripts_from_anywhere_but_the_site(client):
+    for path in ("/", f"/c/{uuid.uuid4()}", "/signup/", "/login/"):
+        policy = client.get(path)["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "object-src 'none'" in policy, path
