@@ -96,3 +96,19 @@ def test_bf16_runs_close_to_fp32(tmp_path: Path) -> None:
     got = runner.execute([ForwardItem(ids[19:], 19, list(range(5)), True)])[0]
     ref = _reference(hf, ids)[-1]
     assert torch.nn.functional.cosine_similarity(got, ref, dim=0) > 0.99
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_transformers(tmp_path: Path) -> None:
+    hf = build_tiny_checkpoint(tmp_path, "llama-bias-tied-llama3")
+    runner = ModelRunner(tmp_path, dtype=torch.float32, device="cuda", block_size=BLOCK, num_kv_blocks=32)
+    assert runner.k_cache[0].device.type == "cuda"
+    ids = _prompt(8, 21)
+    table = _blocks(2, 6)
+    got = [runner.execute([ForwardItem(ids[:13], 0, table, True)])[0]]
+    got.append(runner.execute([ForwardItem(ids[13:17], 13, table, True)])[0])
+    for p in range(17, 21):
+        got.append(runner.execute([ForwardItem([ids[p]], p, table, True)])[0])
+    ref = _reference(hf, ids)
+    want = torch.stack([ref[12], ref[16], *ref[17:21]])
+    torch.testing.assert_close(torch.stack(got).cpu(), want, atol=1e-4, rtol=1e-3)
