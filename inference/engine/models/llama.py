@@ -248,38 +248,35 @@ class LlamaModel(nn.Module):
         return F.linear(x, self.lm_head).float()
 
     # -- weights -------------------------------------------------------------------------------------------
+    # our fused parameter -> the checkpoint's parts, stacked in this order along the output rows
     _FUSED = {
-        "self_attn.q_proj": ("self_attn.qkv_proj", 0),
-        "self_attn.k_proj": ("self_attn.qkv_proj", 1),
-        "self_attn.v_proj": ("self_attn.qkv_proj", 2),
-        "mlp.gate_proj": ("mlp.gate_up_proj", 0),
-        "mlp.up_proj": ("mlp.gate_up_proj", 1),
+        "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+        "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
     }
 
-    def _fused_sizes(self, target: str) -> list[int]:
+    def _fused_sizes(self, fused: str) -> list[int]:
         s = self.spec
-        if target.endswith("qkv_proj"):
+        if fused == "self_attn.qkv_proj":
             return [s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim, s.num_kv_heads * s.head_dim]
         return [s.intermediate_size, s.intermediate_size]
 
     def weight_targets(self) -> dict[str, tuple[nn.Parameter, int, int]]:
         """Checkpoint tensor name -> (our parameter, first row, number of rows) for every tensor we need."""
-        params = dict(self.named_parameters(remove_duplicate=False))
         out: dict[str, tuple[nn.Parameter, int, int]] = {}
-        for name, p in params.items():
-            if name == "lm_head" and self.spec.tie_word_embeddings:
+        for name, p in self.named_parameters(remove_duplicate=False):
+            if name == "lm_head":
+                if not self.spec.tie_word_embeddings:
+                    out["lm_head.weight"] = (p, 0, p.shape[0])
                 continue
-            ckpt = {"embed_tokens": "model.embed_tokens.weight", "lm_head": "lm_head.weight"}.get(name)
-            if ckpt is not None:
-                out[ckpt] = (p, 0, p.shape[0])
+            if name == "embed_tokens":
+                out["model.embed_tokens.weight"] = (p, 0, p.shape[0])
                 continue
-            fused = next(((src, t) for src, t in self._FUSED.items() if f".{t[0]}." in f".{name}"), None)
+            fused = next((f for f in self._FUSED if f".{f}." in name), None)
             if fused is None:
                 out[f"model.{name}"] = (p, 0, p.shape[0])
                 continue
-            sources = [src for src, t in self._FUSED.items() if t[0] == fused[1][0]]
             row = 0
-            for src, size in zip(sources, self._fused_sizes(fused[1][0]), strict=True):
-                out[f"model.{name.replace(fused[1][0], src)}"] = (p, row, size)
-                row += size
+            for part, rows in zip(self._FUSED[fused], self._fused_sizes(fused), strict=True):
+                out[f"model.{name.replace(fused, part)}"] = (p, row, rows)
+                row += rows
         return out
