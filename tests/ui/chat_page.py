@@ -106,11 +106,14 @@ class ChatPage:
         self.page.click("#settings-cancel")
 
     def send(self, text: str) -> None:
-        """Types into the message box and presses Enter, as a person would."""
+        """Types into the message box and presses Enter, as a person would; returns once the answer is shown."""
         box = self.page.locator("#prompt")
         box.fill(text)
         box.press("Enter")
         expect(self.page.locator(".msg-user .msg-body").last).to_have_text(text)
+        self.page.wait_for_function(  # the new answer's bubble follows the message (older answers are above it)
+            "() => window.chatApp.thread.views.at(-1)?.role === 'assistant'"
+        )
 
     def find_long_prompts(self, want: int) -> list[str]:
         """Prompts whose greedy answer runs to LONG_SETTINGS' max_tokens (sent from this page's own socket)."""

@@ -73,7 +73,8 @@ def open_chat(browser, chat_stack) -> Iterator:
 
     def open_page(*, viewport: dict = DESKTOP, context=None, path: str = "/") -> ChatPage:
         if context is None:
-            context = browser.new_context(viewport=viewport, base_url=chat_stack.url)
+            # Reduced motion: no drawer slide or blinking caret, so screenshots show settled pages.
+            context = browser.new_context(viewport=viewport, base_url=chat_stack.url, reduced_motion="reduce")
             contexts.append(context)
         page = ChatPage(context.new_page())
         page.goto(path)

@@ -310,6 +310,7 @@ def test_desktop_screenshot_for_the_readme(open_chat, artifacts):
     chat.reload()
     chat.page.locator(".conversation-link", has_text="Explain continuous batching").click()
     expect(chat.last_answer.locator("pre code")).to_contain_text("engine.step()")
+    chat.set_settings(max_tokens="48")  # a short live answer, so the rendered markdown stays in view
     chat.send("And what does the demo model say?")
     chat.wait_answer_final()
     expect(chat.page.locator("#demo-banner")).to_be_visible()
@@ -394,3 +395,24 @@ def test_every_control_is_reachable_with_the_keyboard(open_chat):
     cycle = reached[reached.index("Skip to message box") :]  # one round of Tab presses from the page's top
     positions = [cycle.index(control) if control in cycle else -1 for control in expected]
     assert -1 not in positions and positions == sorted(positions), f"Tab order {cycle} lacks {expected}"
+
+
+def test_a_guest_signs_up_and_keeps_the_chat(open_chat, artifacts):
+    chat = open_chat()
+    chat.send("remember me")
+    chat.wait_answer_final()
+    chat.page.get_by_role("link", name="Sign up").click()
+    chat.page.fill("#id_username", "erin")
+    chat.page.fill("#id_password1", "a-long-Secret-42")
+    chat.page.fill("#id_password2", "a-long-Secret-42")
+    chat.screenshot(artifacts / "signup.png")
+    chat.page.get_by_role("button", name="Sign up").click()
+    chat.wait_connected()
+    expect(chat.page.locator(".account-name")).to_contain_text("erin")
+    expect(chat.page.locator(".conversation-link")).to_have_text(["remember me"])
+    hello = chat.frames_of("hello")[-1]["user"]  # the socket now belongs to the account
+    assert hello["username"] == "erin" and hello["is_guest"] is False
+    chat.page.get_by_role("button", name="Log out").click()
+    chat.wait_connected()
+    expect(chat.page.locator(".pill")).to_have_text("Guest")
+    expect(chat.page.locator("#conversation-empty")).to_be_visible()
