@@ -1,7 +1,7 @@
 """Sampling parameters of an OpenAI request, checked here and mapped to the engine's SamplingParams kwargs.
 
-The web process never imports the engine (it pulls in torch), so the engine's rules are mirrored here: a request
-the engine would refuse is refused with a 400 before anything is queued.
+The checks here name the parameter at fault; the engine's torch-free SamplingParams then validates the result too,
+so a request the engine would refuse is refused with a 400 before anything is queued.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import bad_param
+from inference.engine.sampling_params import SamplingParams
+
+from .errors import ApiError, bad_param
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
@@ -97,4 +99,9 @@ def sampling_kwargs(body: dict, *, max_allowed_tokens: int) -> dict[str, Any]:
         "seed": _integer(body, "seed", 0, SEED_MAX),
         "ignore_eos": _bool(body, "ignore_eos"),
     }
-    return {k: v for k, v in kwargs.items() if v is not None}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    try:  # the engine's own rules as a backstop (a torch-free module), so the worker never refuses a row
+        SamplingParams(**kwargs)
+    except ValueError as exc:
+        raise ApiError(400, f"Invalid sampling parameters: {exc}.", code="invalid_value") from None
+    return kwargs
