@@ -174,18 +174,19 @@ class Attention(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
-        qc = q[chunk.start : chunk.end].transpose(0, 1)  # [nq, c, hd]
+        qc = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, nq, c, hd]
         if chunk.kv_slots is None:
             kc, vc = k[chunk.start : chunk.end], v[chunk.start : chunk.end]
         else:
             kc, vc = k_cache.index_select(0, chunk.kv_slots), v_cache.index_select(0, chunk.kv_slots)
-        kc = kc.transpose(0, 1).repeat_interleave(self.group, dim=0)  # [nq, L, hd]
-        vc = vc.transpose(0, 1).repeat_interleave(self.group, dim=0)
+        kc, vc = kc.transpose(0, 1).unsqueeze(0), vc.transpose(0, 1).unsqueeze(0)  # [1, nkv, L, hd]
+        if self.group > 1:
+            kc, vc = kc.repeat_interleave(self.group, dim=1), vc.repeat_interleave(self.group, dim=1)
         if chunk.mask is None:
             out = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True, scale=self.scale)
         else:
             out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=chunk.mask, scale=self.scale)
-        return out.transpose(0, 1)
+        return out[0].transpose(0, 1)
 
 
 class MLP(nn.Module):
