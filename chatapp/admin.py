@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
+from chatapp.api.admin import ApiKeyAdmin
 from chatapp.models import ApiKey, Conversation, Generation, Message, Worker
 
 
@@ -112,10 +113,5 @@ class WorkerAdmin(ReadOnlyAdmin):
     )  # fmt: skip
 
 
-@admin.register(ApiKey)
-class ApiKeyAdmin(ReadOnlyAdmin):
-    list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
-    list_filter = ("created_at", "revoked_at")
-    search_fields = ("name", "prefix", "user__username")
-    readonly_fields = ("user", "name", "prefix", "created_at", "last_used_at", "revoked_at")
-    exclude = ("hashed_secret",)
+# API keys: admins create (secret shown once) and revoke them, with usage per key (chatapp.api.admin).
+admin.site.register(ApiKey, ApiKeyAdmin)
