@@ -120,7 +120,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._reply(event, frame.request_id)
             await group_event(self.group, event, skip_channel=self.channel_name)
         await nudge_workers()
-        if not await database_sync_to_async(selectors.workers_alive)():
+        if not await database_sync_to_async(selectors.workers_alive)(model=settings.LLM_MODEL):
             await self._reply(
                 NoWorker(
                     "no inference worker is running; the answer stays queued until one starts"
@@ -152,7 +152,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if conversation is None:
             return None
         messages_data = [message_data(m) for m in selectors.conversation_messages(conversation=conversation)]
-        positions = selectors.queue_positions(limit=settings.CHAT_QUEUE_MAX)
+        positions = selectors.queue_positions(model=settings.LLM_MODEL, limit=settings.CHAT_QUEUE_MAX)
         for message in messages_data:
             generation = message["generation"]
             if generation is not None and generation["state"] == "queued":

@@ -13,12 +13,13 @@ from chatapp.models import Conversation, Generation, Message, Worker
 from chatapp.prompt_check import model_max_context
 
 
-def workers_alive() -> list[Worker]:
-    """Workers whose heartbeat is younger than one lease."""
+def workers_alive(*, model: str | None = None) -> list[Worker]:
+    """Workers whose heartbeat is younger than one lease (only those serving `model`, when given)."""
     cutoff = timezone.now() - timedelta(seconds=settings.WORKER_LEASE_SECONDS)
-    return list(
-        Worker.objects.filter(last_heartbeat__gte=cutoff, stopped_at__isnull=True).order_by("-started_at")
-    )
+    workers = Worker.objects.filter(last_heartbeat__gte=cutoff, stopped_at__isnull=True)
+    if model is not None:
+        workers = workers.filter(model=model)
+    return list(workers.order_by("-started_at"))
 
 
 def _as_uuid(value) -> uuid.UUID | None:
@@ -53,9 +54,9 @@ def generation_get(*, user, generation_id) -> Generation | None:
     return Generation.objects.filter(id=key, user=user).select_related("message").first()
 
 
-def queue_positions(*, limit: int | None = None) -> dict[uuid.UUID, int]:
-    """1-based position of every queued generation, oldest first (the order workers claim them)."""
-    ids = Generation.objects.filter(state=Generation.State.QUEUED).order_by("created_at", "id")
+def queue_positions(*, model: str, limit: int | None = None) -> dict[uuid.UUID, int]:
+    """1-based position of every generation queued for `model`, oldest first (the order workers claim them)."""
+    ids = Generation.objects.filter(state=Generation.State.QUEUED, model=model).order_by("created_at", "id")
     ids = ids.values_list("id", flat=True)
     if limit is not None:
         ids = ids[:limit]
@@ -67,7 +68,7 @@ def queue_position(*, generation: Generation) -> int | None:
     if generation.state != Generation.State.QUEUED:
         return None
     ahead = Generation.objects.filter(
-        state=Generation.State.QUEUED, created_at__lt=generation.created_at
+        state=Generation.State.QUEUED, model=generation.model, created_at__lt=generation.created_at
     ).count()
     return ahead + 1
 
@@ -99,7 +100,8 @@ class ModelInfo:
 
 
 def current_model() -> ModelInfo:
-    workers = workers_alive()
+    """The model this web process queues answers for (LLM_MODEL), as its live workers describe it."""
+    workers = workers_alive(model=settings.LLM_MODEL)
     if workers:
         worker = workers[0]
         return ModelInfo(worker.model, worker.is_demo, worker.max_context or None, True)
@@ -108,10 +110,10 @@ def current_model() -> ModelInfo:
     )
 
 
-def queued_generations(*, limit: int) -> list[tuple[uuid.UUID, uuid.UUID | None, str]]:
-    """(id, conversation id, source) of the oldest queued generations, in claim order."""
+def queued_generations(*, model: str, limit: int) -> list[tuple[uuid.UUID, uuid.UUID | None, str]]:
+    """(id, conversation id, source) of the oldest generations queued for `model`, in claim order."""
     rows = (
-        Generation.objects.filter(state=Generation.State.QUEUED)
+        Generation.objects.filter(state=Generation.State.QUEUED, model=model)
         .order_by("created_at", "id")
         .values_list("id", "conversation_id", "source")[:limit]
     )

@@ -58,7 +58,7 @@ def _check_limits(*, user) -> None:
             f"at most {settings.CHAT_RATE_PER_MINUTE} messages a minute; try again shortly",
             retry_after=max(1, math.ceil(wait)),
         )
-    queued = Generation.objects.filter(state=State.QUEUED).count()
+    queued = Generation.objects.filter(state=State.QUEUED, model=settings.LLM_MODEL).count()
     if queued >= settings.CHAT_QUEUE_MAX:
         raise Busy("the server is busy (the queue is full); try again shortly", retry_after=5)
 
@@ -352,14 +352,17 @@ def _fail(*, ids, error: str, now) -> list[Generation]:
 
 
 def generation_claim(*, worker: Worker, limit: int) -> list[Generation]:
-    """Atomically moves up to `limit` of the oldest queued rows to running under this worker's lease."""
+    """Atomically moves up to `limit` of the oldest rows queued for this worker's model to running, under its lease.
+
+    A worker takes only answers queued for the model it serves (web processes queue for their LLM_MODEL).
+    """
     if limit <= 0:
         return []
     now = timezone.now()
     with transaction.atomic():
         candidates = (
             Generation.objects.select_for_update(skip_locked=True)
-            .filter(state=State.QUEUED)
+            .filter(state=State.QUEUED, model=worker.model)
             .order_by("created_at", "id")
             .values_list("id", flat=True)[:limit]
         )

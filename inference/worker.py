@@ -230,7 +230,9 @@ class InferenceWorker:
             self._flush_wakeup.set()
 
     async def _send_positions(self) -> None:
-        queued = await database_sync_to_async(selectors.queued_generations)(limit=settings.CHAT_QUEUE_MAX)
+        queued = await database_sync_to_async(selectors.queued_generations)(
+            model=self.model_name, limit=settings.CHAT_QUEUE_MAX
+        )
         positions: dict[uuid.UUID, int] = {}
         for position, (gid, conversation_id, source) in enumerate(queued, start=1):
             positions[gid] = position

@@ -51,11 +51,13 @@ class WorkerHandle:
         self.task: asyncio.Task | None = None
 
     async def start(self, *, capacity: int = 8, **options):
+        from django.conf import settings
+
         from inference.worker import InferenceWorker
 
         self.worker = InferenceWorker(
             self.engine,
-            model_name=str(self.engine.model_dir),
+            model_name=settings.LLM_MODEL,  # the name the web side queues answers under
             is_demo=True,
             max_context=self.engine.max_model_len,
             capacity=capacity,

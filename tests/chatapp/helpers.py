@@ -6,6 +6,11 @@ from asgiref.sync import sync_to_async
 
 from chatapp.models import Generation, Message
 
+# Greedy decoding of "Write a lot." on the demo model runs to max_tokens without an end token (checked once;
+# the demo model is built deterministically), so an answer sent with these params is still running when a test
+# cancels it, stops its worker, or resumes it.
+LONG = {"max_tokens": 1500, "temperature": 0}
+
 
 @sync_to_async
 def generation_row(generation_id) -> Generation:

@@ -22,7 +22,7 @@ def history(settings, demo_model_dir):
     )
     b = services.chat_send(user=bob, conversation_id=None, content="walrus facts")
     worker = services.worker_register(
-        channel_name="inference-worker.x!y", hostname="h", pid=1, model="demo", is_demo=True, max_context=2048,
+        channel_name="inference-worker.x!y", hostname="h", pid=1, model=str(demo_model_dir), is_demo=True, max_context=2048,
         capacity=1,
     )  # fmt: skip
     services.generation_claim(worker=worker, limit=1)  # alice's (oldest) answer is running

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.chatapp.helpers import assistant_message, generation_row, is_done, stream_text
+from tests.chatapp.helpers import LONG, assistant_message, generation_row, is_done, stream_text
 
 
 async def test_cancel_running_frees_the_slot_for_the_queued_answer(worker_handle, make_user, open_socket):
@@ -10,7 +10,7 @@ async def test_cancel_running_frees_the_slot_for_the_queued_answer(worker_handle
     chat_a, chat_b = await open_socket(alice), await open_socket(bob)
     worker = await worker_handle.start(capacity=1)  # one slot: bob waits until alice's answer leaves
 
-    await chat_a.send(type="send", conversation_id=None, content="Write a lot.", params={"max_tokens": 1500})
+    await chat_a.send(type="send", conversation_id=None, content="Write a lot.", params=LONG)
     gen_a = (await chat_a.recv_until(lambda e: e["type"] == "generation"))[-1]["generation"]
     seen_a = await chat_a.recv_until(lambda e: e["type"] == "delta")
 

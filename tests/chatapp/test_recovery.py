@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 
 from chatapp import services
 from chatapp.services import LEASE_EXPIRED_ERROR, WORKER_STOPPED_ERROR
-from tests.chatapp.helpers import assistant_message, generation_row, is_done
+from tests.chatapp.helpers import LONG, assistant_message, generation_row, is_done
 
 
 async def _queued_answer(chat, content="hello", params=None) -> dict:
@@ -27,7 +27,7 @@ async def test_lease_of_a_dead_worker_expires_and_the_answer_fails(
     @sync_to_async
     def dead_worker_takes_it():
         dead = services.worker_register(
-            channel_name="inference-worker.gone!x", hostname="gone", pid=1, model="m", is_demo=True,
+            channel_name="inference-worker.gone!x", hostname="gone", pid=1, model=chat_env.LLM_MODEL, is_demo=True,
             max_context=2048, capacity=1,
         )  # fmt: skip
         (claimed,) = services.generation_claim(worker=dead, limit=1)
@@ -64,7 +64,7 @@ async def test_a_lost_nudge_is_swept_up(worker, make_user, open_socket):
 async def test_stopping_a_worker_fails_what_it_was_writing(worker_handle, make_user, open_socket):
     chat = await open_socket(await make_user())
     await worker_handle.start()
-    gen = await _queued_answer(chat, params={"max_tokens": 1500})
+    gen = await _queued_answer(chat, content="Write a lot.", params=LONG)
     await chat.recv_until(lambda e: e["type"] == "delta")
     await worker_handle.stop()
     done = (await chat.recv_until(is_done(gen["id"])))[-1]["generation"]

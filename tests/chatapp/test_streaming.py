@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.chatapp.helpers import assistant_message, generation_row, is_done, stream_text
+from tests.chatapp.helpers import LONG, assistant_message, generation_row, is_done, stream_text
 
 PARAMS = {"max_tokens": 40, "temperature": 0.8}
 
@@ -80,7 +80,9 @@ def is_done_any(event: dict) -> bool:
 async def test_resume_after_disconnect_continues_from_seq(worker_handle, make_user, open_socket):
     user = await make_user()
     chat = await open_socket(user)
-    await chat.send(type="send", conversation_id=None, content="A long story.", params={"max_tokens": 300})
+    await chat.send(
+        type="send", conversation_id=None, content="Write a lot.", params={**LONG, "max_tokens": 300}
+    )
     gen = (await chat.recv_until(lambda e: e["type"] == "generation"))[-1]["generation"]
     await worker_handle.start()
     seen = await chat.recv_until(lambda e: e["type"] == "delta" and e["seq"] >= 2 or e["type"] == "done")
