@@ -9,6 +9,8 @@ import uuid
 import httpx
 import openai
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 from chatapp.models import Generation
 from tests.api.conftest import wait_for
@@ -169,3 +171,42 @@ def test_client_disconnect_cancels_the_generation(api):
     row = final_row(generation_id)
     assert row.state == "stopped" and row.finish_reason == "abort"
     assert row.completion_tokens < 1800
+
+
+def test_api_request_and_websocket_chat_decode_in_the_same_engine_steps(api, chat_stack):
+    """A long API stream (A) is decoding; a websocket chat answer (B) is then queued, written and finished while A
+    is still running in the same worker. The worker has one engine and every engine step decodes every running
+    sequence, so each of B's steps decoded A too. This cannot pass by accident: a server that served requests one
+    at a time (or kept API and chat traffic apart) could not finish B before A ends."""
+    from websockets.sync.client import connect
+
+    body = {"model": api.model, "messages": CHAT, "max_tokens": 1800, "stream": True, "ignore_eos": True}
+    headers = {"Authorization": f"Bearer {api.key}"}
+    web = Client()
+    web.force_login(get_user_model().objects.create_user("chatter", password="pw-chatter-1"))
+    ws_headers = {"Cookie": f"sessionid={web.cookies['sessionid'].value}", "Origin": chat_stack.url}
+    with httpx.stream(
+        "POST", f"{api.base_url}/chat/completions", json=body, headers=headers, timeout=120
+    ) as a:
+        lines = a.iter_lines()
+        first = json.loads(next(line for line in lines if line.startswith("data: ")).removeprefix("data: "))
+        next(
+            line for line in lines if line.startswith("data: ") and '"content":"' in line and '""' not in line
+        )
+        a_id = generation_of(first["id"]).id
+        with connect(chat_stack.ws_url, additional_headers=ws_headers, open_timeout=60) as ws:
+            assert json.loads(ws.recv(timeout=60))["type"] == "hello"
+            ws.send(
+                json.dumps(
+                    {"type": "send", "conversation_id": None, "content": "Hi!", "params": {"max_tokens": 16}}
+                )
+            )
+            while (event := json.loads(ws.recv(timeout=60)))["type"] != "done":
+                assert event["type"] != "error", event
+        b_row = Generation.objects.get(id=event["generation"]["id"])
+        a_row = Generation.objects.get(id=a_id)
+        assert b_row.source == "chat" and b_row.state == "done" and b_row.completion_tokens >= 1
+        assert a_row.source == "api" and a_row.state == "running" and a_row.finished_at is None
+        assert a_row.worker_id == b_row.worker_id is not None
+        assert a_row.started_at < b_row.started_at < b_row.finished_at
+    assert final_row(a_id).state == "stopped"  # and the API client leaving stopped A
