@@ -210,3 +210,22 @@ def test_api_request_and_websocket_chat_decode_in_the_same_engine_steps(api, cha
         assert a_row.worker_id == b_row.worker_id is not None
         assert a_row.started_at < b_row.started_at < b_row.finished_at
     assert final_row(a_id).state == "stopped"  # and the API client leaving stopped A
+
+
+def test_a_non_stream_client_that_leaves_cancels_too(api, chat_stack):
+    """The client sends a long non-stream request and closes its socket once the answer is being written."""
+    import socket
+
+    body = json.dumps({"model": api.model, "messages": CHAT, "max_tokens": 1800, "ignore_eos": True}).encode()
+    host, port = chat_stack.host, chat_stack.port
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {api.key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.create_connection((host, port), timeout=60) as sock:
+        sock.sendall(request)
+        row = wait_for(
+            lambda: Generation.objects.filter(api_key__user=api.user, state="running", seq__gt=0).first(),
+            "the answer to be written",
+        )
+    assert final_row(row.id).state == "stopped"

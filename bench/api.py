@@ -1,0 +1,241 @@
+"""End-to-end API benchmark: a third-party OpenAI load tool (NVIDIA aiperf) against the running stack, beside the
+engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 concurrent requests.
+
+    var/aiperf-venv/bin/pip install aiperf   # once; its own venv (it pins other huggingface-hub/transformers)
+    .venv/bin/python bench/api.py            # builds the demo model, starts Redis + worker + Daphne, runs both
+
+Prints one table: time to first token, inter-token latency and output tokens/s as a client sees them (aiperf,
+streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne) and as the engine itself sees
+them (the same closed loop of N concurrent requests calling LLMEngine.step() directly), and their ratio. Engine and
+stack run one after the other, never at once. A table of numbers, never a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Figures:
+    ttft_ms: float  # median time to first token
+    itl_ms: float  # median inter-token latency
+    tokens_per_s: float  # output tokens per second over the whole run
+    requests: int
+
+
+# --- engine only ------------------------------------------------------------------------------------------------
+def prompts_of(model_dir: Path, n: int, input_tokens: int) -> list[str]:
+    """n different user messages of `input_tokens` tokens each, cut from the demo model's training text."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    from inference.demo import CORPUS
+
+    ids = tok.encode(CORPUS.read_text(), add_special_tokens=False).ids
+    step = max(1, (len(ids) - input_tokens) // max(1, n))
+    return [tok.decode(ids[i * step : i * step + input_tokens]) for i in range(n)]
+
+
+def engine_run(engine, prompts: list[str], concurrency: int, total: int, output_tokens: int) -> Figures:
+    """A closed loop: `concurrency` requests in flight, a new one added as soon as one ends, `total` in all."""
+    from inference.engine import SamplingParams
+
+    params = SamplingParams(max_tokens=output_tokens, ignore_eos=True)
+    added, first, last, ntok = {}, {}, {}, {}
+    next_index = 0
+
+    def add() -> None:
+        nonlocal next_index
+        rid = f"r{next_index}-{time.monotonic_ns()}"
+        text = prompts[next_index % len(prompts)]
+        engine.add_request(rid, messages=[{"role": "user", "content": text}], params=params, user_id=rid)
+        added[rid] = time.perf_counter()
+        next_index += 1
+
+    start = time.perf_counter()
+    for _ in range(min(concurrency, total)):
+        add()
+    active = len(added)
+    while active:
+        outs = engine.step()
+        now = time.perf_counter()
+        for out in outs:
+            if out.new_token_ids and out.request_id not in first:
+                first[out.request_id] = now
+            if out.finished:
+                last[out.request_id] = now
+                ntok[out.request_id] = out.num_output_tokens
+                active -= 1
+                if next_index < total:
+                    add()
+                    active += 1
+    wall = time.perf_counter() - start
+    ttft = [(first[r] - added[r]) * 1000 for r in first]
+    itl = [(last[r] - first[r]) * 1000 / (ntok[r] - 1) for r in last if ntok[r] > 1]
+    return Figures(statistics.median(ttft), statistics.median(itl), sum(ntok.values()) / wall, len(last))
+
+
+def engine_figures(
+    model_dir: Path, levels: list[int], input_tokens: int, output_tokens: int, per_level
+) -> dict:
+    from inference.engine import LLMEngine
+
+    engine = LLMEngine(str(model_dir), dtype="auto", device="auto", max_num_seqs=max(32, max(levels)))
+    prompts = prompts_of(model_dir, 64, input_tokens)
+    engine_run(engine, prompts, 2, 2, 4)  # warm-up
+    return {c: engine_run(engine, prompts, c, per_level(c), output_tokens) for c in levels}
+
+
+# --- through the API, measured by aiperf --------------------------------------------------------------------------
+def aiperf_figures(
+    aiperf: str,
+    url: str,
+    key: str,
+    model: str,
+    tokenizer: Path,
+    concurrency: int,
+    requests: int,
+    input_tokens: int,
+    output_tokens: int,
+    out_dir: Path,
+) -> Figures:
+    """Runs aiperf (streaming chat completions, fixed lengths) and reads its JSON export."""
+    artifacts = out_dir / f"c{concurrency}"
+    command = [
+        aiperf, "profile",
+        "--model", model, "--url", url, "--endpoint-type", "chat", "--streaming",
+        "--api-key", key, "--tokenizer", str(tokenizer),
+        "--concurrency", str(concurrency), "--request-count", str(requests),
+        "--warmup-request-count", str(concurrency),
+        "--synthetic-input-tokens-mean", str(input_tokens), "--synthetic-input-tokens-stddev", "0",
+        "--output-tokens-mean", str(output_tokens), "--output-tokens-stddev", "0",
+        "--extra-inputs", "ignore_eos:true", "--use-server-token-count",
+        "--random-seed", "7", "--output-artifact-dir", str(artifacts), "--no-auto-plot",
+        # aiperf shares this machine's cores with the stack: keep its own processes few and its console quiet
+        "--workers-max", "1", "--record-processors", "1", "--ui-type", "none",
+    ]  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"
+    }  # aiperf then fails on a local folder
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    export = next(artifacts.rglob("profile_export_aiperf.json"))
+    return parse_aiperf(json.loads(export.read_text()))
+
+
+def parse_aiperf(data: dict) -> Figures:
+    def metric(name: str, stat: str):
+        entry = data.get(name) or data.get("records", {}).get(name)
+        if entry is None:
+            raise KeyError(f"aiperf's export has no {name!r} (keys: {sorted(data)[:20]})")
+        return entry[stat]
+
+    return Figures(
+        ttft_ms=metric("time_to_first_token", "p50"),
+        itl_ms=metric("inter_token_latency", "p50"),
+        tokens_per_s=metric("output_token_throughput", "avg"),
+        requests=int(metric("request_count", "avg")),
+    )
+
+
+# --- the stack ------------------------------------------------------------------------------------------------------
+def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int):
+    """Redis + worker + Daphne from the run command's own code (chatapp.launcher.Stack), with a user and a key."""
+    from chatapp.launcher import Stack, free_port
+
+    env = {
+        "LLM_MODEL": str(model_dir),
+        "LLM_MAX_NUM_SEQS": str(max_num_seqs),
+        # the benchmark is one key's traffic: keep every limit above the load it makes
+        "API_MAX_CONCURRENT_PER_KEY": "1000",
+        "CHAT_MAX_CONCURRENT_PER_USER": "1000",
+        "CHAT_RATE_PER_MINUTE": "100000",
+        "CHAT_QUEUE_MAX": "10000",
+        "LOG_LEVEL": "WARNING",
+    }
+    stack = Stack(var_dir=var_dir, port=free_port(), env=env, log_dir=var_dir / "logs").start(timeout=300)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    child_env = stack.child_env()
+    make_user = (
+        "from django.contrib.auth import get_user_model as g; g().objects.get_or_create(username='bench')"
+    )
+    subprocess.run([*manage, "shell", "-c", make_user], env=child_env, check=True, capture_output=True)
+    key = subprocess.run(
+        [*manage, "create_api_key", "bench", "--name", "bench/api.py"], env=child_env, check=True,
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    return stack, key
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=None, help="model folder (default: the demo model)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--input-tokens", type=int, default=128)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument(
+        "--requests", type=int, default=0, help="requests per level (default: max(16, 4 x level))"
+    )
+    parser.add_argument("--aiperf", default=str(ROOT / "var" / "aiperf-venv" / "bin" / "aiperf"))
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
+    if not Path(args.aiperf).exists():
+        print(f"aiperf not found at {args.aiperf}: python3 -m venv var/aiperf-venv && "
+              "var/aiperf-venv/bin/pip install aiperf", file=sys.stderr)  # fmt: skip
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-api-", dir=ROOT / "var"))
+    model_dir = args.model
+    if model_dir is None:
+        from inference.demo import build_demo_model
+
+        model_dir = build_demo_model(work / "demo-model")
+    per_level = (lambda c: args.requests) if args.requests else (lambda c: max(16, 4 * c))
+    levels = args.concurrency
+    print(f"model {model_dir}, {args.input_tokens} prompt tokens, {args.output_tokens} output tokens "
+          f"(ignore_eos), levels {levels}", flush=True)  # fmt: skip
+    engine = engine_figures(model_dir, levels, args.input_tokens, args.output_tokens, per_level)
+    stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)))
+    try:
+        api = {
+            c: aiperf_figures(
+                args.aiperf,
+                stack.url,
+                key,
+                model_dir.name,
+                model_dir,
+                c,
+                per_level(c),
+                args.input_tokens,
+                args.output_tokens,
+                work / "aiperf",
+            )  # fmt: skip
+            for c in levels
+        }
+    finally:
+        stack.stop()
+    print()
+    print(
+        "| concurrent | TTFT p50 ms (engine / API) | ITL p50 ms (engine / API) | output tok/s (engine / API) | API / engine tok/s |"
+    )
+    print("|---:|---:|---:|---:|---:|")
+    for c in levels:
+        e, a = engine[c], api[c]
+        print(f"| {c} | {e.ttft_ms:.1f} / {a.ttft_ms:.1f} | {e.itl_ms:.2f} / {a.itl_ms:.2f} | "
+              f"{e.tokens_per_s:.0f} / {a.tokens_per_s:.0f} | {a.tokens_per_s / e.tokens_per_s:.2f} |")  # fmt: skip
+    print(f"\n(aiperf artifacts: {work / 'aiperf'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
