@@ -37,6 +37,8 @@ def parse_json_object(raw: bytes) -> dict:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"The body is not valid JSON: {exc}.", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "The body is nested too deeply.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "The body must be a JSON object.", code="invalid_json")
     return body
