@@ -110,10 +110,12 @@ class ChatPage:
         box = self.page.locator("#prompt")
         box.fill(text)
         box.press("Enter")
+        self.wait_answer_to(text)
+
+    def wait_answer_to(self, text: str) -> None:
+        """Waits until the user message `text` is the last one shown and its answer's bubble follows it."""
         expect(self.page.locator(".msg-user .msg-body").last).to_have_text(text)
-        self.page.wait_for_function(  # the new answer's bubble follows the message (older answers are above it)
-            "() => window.chatApp.thread.views.at(-1)?.role === 'assistant'"
-        )
+        self.page.wait_for_function("() => window.chatApp.thread.views.at(-1)?.role === 'assistant'")
 
     def find_long_prompts(self, want: int) -> list[str]:
         """Prompts whose greedy answer runs to LONG_SETTINGS' max_tokens (sent from this page's own socket)."""

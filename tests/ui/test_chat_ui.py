@@ -140,6 +140,33 @@ def test_two_tabs_and_a_dropped_socket_both_stream_to_the_end(open_chat, long_pr
     assert first.frames_of("history"), "the reconnected socket did not reload the conversation"
     assert second.frames_of("delta"), "the second tab did not stream"
 
+    assert first.errors == [] and second.errors == []
+
+
+def test_a_message_from_one_tab_streams_in_every_tab_on_that_conversation(open_chat):
+    first = open_chat()
+    first.set_settings(max_tokens="64")
+    first.send("hello from the first tab")
+    first.wait_answer_final()
+    second = open_chat(context=first.page.context, path=f"/c/{first.conversation_id}")
+    second.send("and a follow-up from the second tab")
+    first.wait_answer_to("and a follow-up from the second tab")
+    second.wait_answer_final()
+    first.wait_answer_final()
+    assert first.answer_state() == second.answer_state()
+    assert first.frames_of("delta") and second.frames_of("delta")
+    assert first.errors == [] and second.errors == []
+
+
+def test_someone_elses_conversation_url_shows_not_found_in_place(open_chat):
+    owner = open_chat()
+    owner.send("private")
+    owner.wait_answer_final()
+    stranger = open_chat(path=f"/c/{owner.conversation_id}")
+    expect(stranger.page.locator(".thread-error")).to_contain_text("does not exist")
+    expect(stranger.page.locator(".msg-user")).to_have_count(0)
+    assert stranger.conversation_id is None  # back on a new chat
+
 
 EVIL = (
     "Here is <b>bold?</b> and <script>window.__pwned = 'script'</script>\n\n"
