@@ -5,11 +5,8 @@ Every test gets fresh browser contexts (so fresh guest identities); screenshots 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +22,9 @@ PHONE = {"width": 390, "height": 844}
 
 
 @pytest.fixture
-def browser(chat_stack, transactional_db) -> Iterator:
-    """A headless chromium, started after (and stopped before) the database and the stack fixtures.
+def browser(chat_stack_live) -> Iterator:
+    """A headless chromium, started after (and stopped before) the database and the stack fixtures; the stack's
+    worker is live again after the previous test's database flush, so `hello` names the (demo) model.
 
     Playwright's sync API keeps an event loop in this thread while it runs, and Django refuses ORM calls where a
     loop runs; this order keeps the database set-up and flush outside it (tests use in_db_thread meanwhile).
@@ -49,26 +47,9 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def wait_for_live_worker(url: str, timeout: float = 60.0) -> None:
-    """Waits until /health reports a live worker: the previous test's database flush removed its row, and the
-    worker puts it back at its next heartbeat (until then `hello` carries no model)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                if json.loads(response.read()).get("ok"):
-                    return
-        except (OSError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"no live inference worker at {url}/health after {timeout:.0f}s")
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def open_chat(browser, chat_stack) -> Iterator:
     """open_chat(viewport=DESKTOP, context=None, path="/") -> a ChatPage, in a new browser context by default."""
-    wait_for_live_worker(chat_stack.url)
     contexts = []
 
     def open_page(*, viewport: dict = DESKTOP, context=None, path: str = "/") -> ChatPage:
