@@ -27,9 +27,8 @@ def model_id(name: str) -> str:
     return path.name if path.is_absolute() else name
 
 
-def served_model(requested: str) -> ModelInfo:
+def served_model(requested: str, info: ModelInfo) -> ModelInfo:
     """The served model if `requested` names it (404 otherwise), with a live worker (503 otherwise)."""
-    info = current_model()
     if requested not in (model_id(info.name), info.name):
         raise ApiError(
             404,
@@ -81,9 +80,11 @@ def _as_api_error(exc: errors.ApplicationError, prompt_param: str) -> ApiError:
     return ApiError(400, exc.message, param=param, code=exc.code)
 
 
-def generation_submit(*, api_key: ApiKey, request: CompletionRequest) -> Generation:
+def generation_submit(
+    *, api_key: ApiKey, request: CompletionRequest, info: ModelInfo | None = None
+) -> Generation:
     """Writes the queued row for this request, or raises ApiError; the caller nudges the workers afterwards."""
-    info = served_model(request.model)
+    info = served_model(request.model, info or current_model())
     prompt = _prompt_of(request)
     params = _params(request, prompt, info)
     try:

@@ -16,18 +16,18 @@ from chatapp.api.errors import ApiError, error_response
 from chatapp.api.keys import api_key_authenticate
 from chatapp.api.shapes import Envelope
 from chatapp.api.submit import generation_submit, model_id
-from chatapp.api.validation import parse_json_object, parse_request
-from chatapp.models import ApiKey
+from chatapp.api.validation import CompletionRequest, parse_json_object, parse_request
+from chatapp.models import ApiKey, Generation
 from chatapp.notify import nudge_workers
 from chatapp.selectors import current_model, workers_alive
 
 
-async def _authenticate(request: HttpRequest) -> ApiKey:
+def _authenticate(request: HttpRequest) -> ApiKey:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "Missing API key: send 'Authorization: Bearer sk-...'.", code="invalid_api_key")
-    key = await database_sync_to_async(api_key_authenticate)(token)
+    key = api_key_authenticate(token)
     if key is None:
         raise ApiError(401, "Incorrect or revoked API key.", code="invalid_api_key")
     return key
@@ -63,15 +63,20 @@ def _method_not_allowed(allowed: str) -> HttpResponse:
     return response
 
 
+def _accept(request: HttpRequest, kind: str) -> tuple[ApiKey, CompletionRequest, Generation]:
+    """Key, body, parameters and the queued row, in one trip to the database thread (each trip costs a hop)."""
+    api_key = _authenticate(request)
+    body = _read_body(request)
+    info = current_model()
+    parsed = parse_request(body, kind, max_allowed_tokens=info.max_tokens_limit)
+    return api_key, parsed, generation_submit(api_key=api_key, request=parsed, info=info)
+
+
 async def _completion(request: HttpRequest, kind: str) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
     try:
-        api_key = await _authenticate(request)
-        body = _read_body(request)
-        info = await database_sync_to_async(current_model)()
-        parsed = parse_request(body, kind, max_allowed_tokens=info.max_tokens_limit)
-        generation = await database_sync_to_async(generation_submit)(api_key=api_key, request=parsed)
+        api_key, parsed, generation = await database_sync_to_async(_accept)(request, kind)
     except ApiError as err:
         return error_response(err)
     await nudge_workers()
@@ -103,7 +108,8 @@ async def completions(request: HttpRequest) -> HttpResponse:
     return await _completion(request, "text")
 
 
-def _models_listing() -> dict:
+def _models_listing(request: HttpRequest) -> dict:
+    _authenticate(request)
     info = current_model()
     started = {w.model: int(w.started_at.timestamp()) for w in workers_alive()}
     entry = {
@@ -123,10 +129,9 @@ async def models(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET")
     try:
-        await _authenticate(request)
+        return JsonResponse(await database_sync_to_async(_models_listing)(request))
     except ApiError as err:
         return error_response(err)
-    return JsonResponse(await database_sync_to_async(_models_listing)())
 
 
 @csrf_exempt
