@@ -7,7 +7,6 @@ generation cancelled at once, so its batch slot is freed for others.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -54,15 +53,13 @@ def failure(row: RowSnapshot) -> ApiError:
 
 async def complete(*, api_key: ApiKey, generation: Generation, envelope: Envelope) -> tuple[int, dict]:
     """Waits for the generation to end; returns (status, body) of the whole completion."""
-    finished = False
-    try:
-        async with GenerationFollower(generation.id, poll_seconds=config.API_STREAM_POLL_SECONDS) as follower:
+    async with GenerationFollower(generation.id, poll_seconds=config.API_STREAM_POLL_SECONDS) as follower:
+        try:
             async for _piece in follower.pieces():
                 pass
-            finished = True
-    finally:
-        if not finished:
+        except BaseException:  # the client left (the view was cancelled) or the stream broke
             await cancel_abandoned(api_key, generation.id)
+            raise
     row = follower.final
     if row.state == Generation.State.FAILED:
         err = failure(row)
@@ -74,24 +71,21 @@ async def stream(
     *, api_key: ApiKey, generation: Generation, envelope: Envelope, include_usage: bool
 ) -> AsyncIterator[bytes]:
     """The SSE body: a role chunk (chat), text chunks, the finish chunk, the usage chunk if asked, [DONE]."""
-    finished = False
-    try:
-        async with GenerationFollower(generation.id, poll_seconds=config.API_STREAM_POLL_SECONDS) as follower:
+    async with GenerationFollower(generation.id, poll_seconds=config.API_STREAM_POLL_SECONDS) as follower:
+        try:
             if envelope.kind == "chat":
                 yield sse(envelope.chunk("", role=True, with_usage=include_usage))
             async for piece in follower.pieces():
                 yield sse(envelope.chunk(piece, with_usage=include_usage))
-            finished = True
-            row = follower.final
-            if row.state == Generation.State.FAILED:
-                yield sse(failure(row).body())
-            else:
-                text = None if envelope.kind == "chat" else ""
-                yield sse(envelope.chunk(text, row.finish_reason or "stop", with_usage=include_usage))
-                if include_usage:
-                    yield sse(envelope.usage_chunk(usage_of(row)))
-            yield SSE_DONE
-    finally:
-        if not finished:
-            with contextlib.suppress(Exception):
-                await cancel_abandoned(api_key, generation.id)
+        except BaseException:  # the client left (Django closes the stream) or the stream broke
+            await cancel_abandoned(api_key, generation.id)
+            raise
+    row = follower.final
+    if row.state == Generation.State.FAILED:
+        yield sse(failure(row).body())
+    else:
+        text = None if envelope.kind == "chat" else ""
+        yield sse(envelope.chunk(text, row.finish_reason or "stop", with_usage=include_usage))
+        if include_usage:
+            yield sse(envelope.usage_chunk(usage_of(row)))
+    yield SSE_DONE
