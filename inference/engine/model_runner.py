@@ -145,12 +145,12 @@ class ModelRunner:
             if item.need_logits:
                 logit_rows.append(row - 1)
         dev = self.device
-        pos_all = torch.cat(positions)
+        pos_all = torch.cat(positions).to(dev)
         meta = StepMetadata(
-            positions=pos_all.to(dev),
+            positions=pos_all,
             slots=torch.cat(slots).to(dev),
-            cos=self.model.rope_cos[pos_all.to(dev)].unsqueeze(1),
-            sin=self.model.rope_sin[pos_all.to(dev)].unsqueeze(1),
+            cos=self.model.rope_cos[pos_all].unsqueeze(1),
+            sin=self.model.rope_sin[pos_all].unsqueeze(1),
             decode_rows=None,
             decode_kv_slots=None,
             decode_mask=None,
