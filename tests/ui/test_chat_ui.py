@@ -60,6 +60,10 @@ def test_two_users_each_see_only_their_own_answer_stream(open_chat, long_prompts
     bob.send(long_prompts[1])  # both answers are long, so they stream at the same time
     alice.wait_answer_text()
     bob.wait_answer_text()
+    # Mark the nodes on screen: streaming must update the answer in place, never rebuild the thread.
+    alice.page.evaluate(
+        "() => document.querySelectorAll('#messages > *').forEach((n) => { n.__kept = true; })"
+    )
     alice.wait_answer_final()
     bob.wait_answer_final()
 
@@ -77,6 +81,7 @@ def test_two_users_each_see_only_their_own_answer_stream(open_chat, long_prompts
         expect(page.page.locator(".conversation-link")).to_have_text([row["title"]])
         assert page.errors == []
     assert answers["alice"]["id"] != answers["bob"]["id"]
+    assert alice.page.evaluate("() => [...document.querySelectorAll('#messages > *')].every((n) => n.__kept)")
     for page, other in ((alice, answers["bob"]), (bob, answers["alice"])):
         assert all(f.get("generation_id") != other["id"] for f in page.frames)
         assert page.page.locator(f"[data-generation-id='{other['id']}']").count() == 0
