@@ -150,7 +150,19 @@ def parse_aiperf(data: dict) -> Figures:
 
 
 # --- the stack ------------------------------------------------------------------------------------------------------
-def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int):
+def ensure_database(url: str) -> None:
+    """Creates a PostgreSQL database named in `url` when it does not exist yet (SQLite files make themselves)."""
+    if not url.startswith(("postgres://", "postgresql://")):
+        return
+    import psycopg
+
+    server, name = url.rsplit("/", 1)
+    with psycopg.connect(server + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int, database_url: str | None):
     """Redis + worker + Daphne from the run command's own code (chatapp.launcher.Stack), with a user and a key."""
     from chatapp.launcher import Stack, free_port
 
@@ -164,6 +176,9 @@ def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int):
         "CHAT_QUEUE_MAX": "10000",
         "LOG_LEVEL": "WARNING",
     }
+    if database_url:
+        ensure_database(database_url)
+        env["DATABASE_URL"] = database_url
     stack = Stack(var_dir=var_dir, port=free_port(), env=env, log_dir=var_dir / "logs").start(timeout=300)
     manage = [sys.executable, str(ROOT / "manage.py")]
     child_env = stack.child_env()
@@ -181,6 +196,13 @@ def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="model folder (default: the demo model)")
+    parser.add_argument(
+        "--shape",
+        choices=["smollm2-135m"],
+        default=None,
+        help="build a random-weight model of this shape instead",
+    )
+    parser.add_argument("--database-url", default=None, help="the stack's DATABASE_URL (default: SQLite)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--input-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
@@ -205,7 +227,7 @@ def main() -> int:
     print(f"model {model_dir}, {args.input_tokens} prompt tokens, {args.output_tokens} output tokens "
           f"(ignore_eos), levels {levels}", flush=True)  # fmt: skip
     engine = engine_figures(model_dir, levels, args.input_tokens, args.output_tokens, per_level)
-    stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)))
+    stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)), args.database_url)
     try:
         api = {
             c: aiperf_figures(
