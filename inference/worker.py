@@ -35,6 +35,7 @@ from inference.live import LiveGeneration
 from inference.stepper import EngineStepper
 
 log = logging.getLogger(__name__)
+SHUTDOWN_GRACE_S = 30.0  # longest wait for a loop to finish its current database call when stopping
 
 
 class InferenceWorker:
@@ -79,7 +80,10 @@ class InferenceWorker:
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def stop(self) -> None:
+        """Asks the loops to finish their current step (never cut off mid-transaction) and shut down."""
         self._stop.set()
+        self._claim_wakeup.set()
+        self._flush_wakeup.set()
 
     async def run(self) -> None:
         """Registers, serves until stop(), then fails what it was writing and deregisters."""
@@ -111,16 +115,21 @@ class InferenceWorker:
         ]
         log.info("worker %s ready: model %s, capacity %d", self.row.id, self.model_name, self.capacity)
         self.ready.set()
+        stop_task = asyncio.create_task(self._stop.wait())
         try:
-            stop_task = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stop_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not stop_task and task.exception() is not None:
                     raise task.exception()
         finally:
-            for task in tasks:
+            self.stop()
+            # The receive loop only waits on Redis: cancel it. The others end at their next check of the stop
+            # flag; cancelling them could cut a checkpoint transaction off from the events that follow it.
+            tasks[0].cancel()
+            _done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+            for task in (*pending, stop_task):
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, stop_task, return_exceptions=True)
             await self._shutdown()
 
     async def _shutdown(self) -> None:
@@ -192,8 +201,10 @@ class InferenceWorker:
 
     # --- claim and sweep -------------------------------------------------------------------------------------
     async def _claim_loop(self) -> None:
-        while True:
+        while not self._stop.is_set():
             await _wait(self._claim_wakeup, self.sweep_interval)
+            if self._stop.is_set():
+                return
             try:
                 await self._sweep_and_claim()
             except asyncio.CancelledError:
@@ -243,7 +254,7 @@ class InferenceWorker:
 
     # --- flush -----------------------------------------------------------------------------------------------
     async def _flush_loop(self) -> None:
-        while True:
+        while not self._stop.is_set():
             now = time.monotonic()
             due_times = [
                 t for t in (g.due_at(self.flush_interval) for g in self.live.values()) if t is not None
@@ -302,8 +313,11 @@ class InferenceWorker:
 
     # --- heartbeat -------------------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_interval)
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=self.heartbeat_interval)
+            if self._stop.is_set():
+                return
             try:
                 await database_sync_to_async(services.worker_heartbeat)(
                     worker=self.row, running=len(self.live)

@@ -12,9 +12,10 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async as sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
+from django.db import connections
 from django.test import Client
 
 RECV_TIMEOUT = 60.0  # a guard against hanging, never an assertion about speed
@@ -89,6 +90,7 @@ async def worker_handle(chat_env, demo_engine) -> AsyncIterator[WorkerHandle]:
     handle = WorkerHandle(demo_engine)
     yield handle
     await handle.stop()
+    await _close_thread_connections()
 
 
 @pytest.fixture
@@ -182,3 +184,10 @@ async def open_socket(chat_env) -> AsyncIterator[Callable]:
     for chat in sockets:
         with contextlib.suppress(Exception):
             await chat.close()
+    await _close_thread_connections()
+
+
+async def _close_thread_connections() -> None:
+    """Closes the database connections of the thread that runs sync code for async tests, so that the test
+    database can be dropped at the end of the session (PostgreSQL refuses while a session is connected)."""
+    await sync_to_async(connections.close_all)()

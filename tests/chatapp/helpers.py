@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async as sync_to_async
 
 from chatapp.models import Generation, Message
 

@@ -6,7 +6,7 @@ import json
 import uuid
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async as sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from chatapp.models import Conversation, Generation, Message

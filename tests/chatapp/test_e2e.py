@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 import websockets
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async as sync_to_async
 from django.contrib.auth import get_user_model
 from django.test import Client
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async as sync_to_async
 
 from chatapp.models import Conversation, Generation, Message
 from tests.chatapp.helpers import is_done

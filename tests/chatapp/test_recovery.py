@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async as sync_to_async
 
 from chatapp import services
 from chatapp.services import LEASE_EXPIRED_ERROR, WORKER_STOPPED_ERROR
