@@ -146,6 +146,11 @@ def test_errors_through_daphne(api, settings):
         assert response.status_code == 404 and response.json()["error"]["param"] == "model"
         response = http.post(url, json={"model": api.model, "messages": CHAT, "top_p": 0}, headers=headers)
         assert response.status_code == 400 and response.json()["error"]["param"] == "top_p"
+        long = {"model": api.model, "messages": [{"role": "user", "content": "lighthouse waves " * 2000}]}
+        response = http.post(url, json=long, headers=headers)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+        response = http.post(url, json={**long, "messages": CHAT, "max_tokens": 2048}, headers=headers)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens"
         big = {"model": api.model, "messages": [{"role": "user", "content": "x" * (2 * 1024 * 1024)}]}
         response = http.post(url, json=big, headers=headers)
         assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
