@@ -53,8 +53,27 @@ def _number(name: str, default, parse: Callable, kind: str, minimum, maximum):
         or (minimum is not None and number < minimum)
         or (maximum is not None and number > maximum)
     ):
-        raise ConfigError(f"{name} must be {kind} in [{minimum}, {maximum}], got {value!r}")
+        raise ConfigError(f"{name} must be {kind} {_range_text(minimum, maximum)}, got {value!r}")
     return number
+
+
+def _range_text(minimum, maximum) -> str:
+    if minimum is not None and maximum is not None:
+        return f"in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f">= {minimum}"
+    return f"<= {maximum}" if maximum is not None else "(finite)"
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (compared case-insensitively, returned as listed)."""
+    value = _raw(name)
+    if value is None:
+        return default
+    for choice in choices:
+        if value.lower() == choice.lower():
+            return choice
+    raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:

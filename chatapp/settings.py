@@ -12,7 +12,17 @@ from pathlib import Path
 
 import dj_database_url
 
-from chatapp.env import ConfigError, env_bool, env_float, env_int, env_list, env_origins, env_str, redis_url
+from chatapp.env import (
+    ConfigError,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_origins,
+    env_str,
+    redis_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CHAT_VAR_DIR", str(BASE_DIR / "var")))
@@ -168,5 +178,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {
+        "handlers": ["console"],
+        "level": env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
+    },
 }
