@@ -85,3 +85,16 @@ def test_env_readers(monkeypatch):
     assert redis_url("X_UNSET_REDIS", "unix:///tmp/r.sock") == "unix:///tmp/r.sock"
     with pytest.raises(ConfigError, match="X_INT must be an integer >= 20, got '12'"):
         env_int("X_INT", 1, minimum=20)
+
+
+def test_web_processes_never_import_torch(tmp_path):
+    """The ASGI application, the consumers, the API and the admin load without torch (only the worker loads it)."""
+    env = {**os.environ, "CHAT_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "chatapp.settings"}
+    code = (
+        "import sys, django; django.setup(); import chatapp.asgi, chatapp.admin, chatapp.consumers, chatapp.urls; "
+        "from django.urls import get_resolver; get_resolver().url_patterns; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
