@@ -35,8 +35,8 @@ WORKER_STOPPED_ERROR = (
 
 
 # --- limits -----------------------------------------------------------------------------------------------------
-def _check_limits(*, user) -> None:
-    """Per-user concurrency and message rate, and the global queue bound; raises Busy with a retry hint."""
+def _check_user_limits(*, user) -> None:
+    """A chat user's concurrent answers and message rate; raises Busy with a retry hint."""
     # Serialises one user's requests on PostgreSQL (SQLite already serialises writers).
     get_user_model().objects.select_for_update().filter(pk=user.pk).first()
     active = Generation.objects.filter(user=user, state__in=Generation.ACTIVE_STATES).count()
@@ -58,6 +58,10 @@ def _check_limits(*, user) -> None:
             f"at most {settings.CHAT_RATE_PER_MINUTE} messages a minute; try again shortly",
             retry_after=max(1, math.ceil(wait)),
         )
+
+
+def _check_queue_bound() -> None:
+    """The bound on answers waiting for this model, for chat and API alike; raises Busy with a retry hint."""
     queued = Generation.objects.filter(state=State.QUEUED, model=settings.LLM_MODEL).count()
     if queued >= settings.CHAT_QUEUE_MAX:
         raise Busy("the server is busy (the queue is full); try again shortly", retry_after=5)
@@ -82,6 +86,9 @@ def generation_create(
 ) -> Generation:
     """Queues one answer after the limits and the context check; `params` are SamplingParams kwargs.
 
+    Chat answers count against the user's concurrency and rate limits; API requests are limited per key by the
+    API's own code. Both count against the queue bound (CHAT_QUEUE_MAX).
+
     Call inside a transaction together with whatever else the request writes, then nudge the workers.
     """
     if not isinstance(prompt, dict) or not (("messages" in prompt) ^ ("prompt" in prompt)):
@@ -89,7 +96,9 @@ def generation_create(
     max_tokens = params.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise BadField("max_tokens must be an integer >= 1", field="params.max_tokens")
-    _check_limits(user=user)
+    if source == Generation.Source.CHAT:
+        _check_user_limits(user=user)  # API requests are limited per key by the API instead
+    _check_queue_bound()
     model = current_model()
     check_prompt_fits(model=model.name, max_context=model.max_context, prompt=prompt, max_tokens=max_tokens)
     return Generation.objects.create(
