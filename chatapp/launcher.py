@@ -54,7 +54,9 @@ class Child:
     def stop(self, timeout: float = 15.0) -> None:
         if not self.alive():
             return
-        self.process.send_signal(signal.SIGINT if self.name == "worker" else signal.SIGTERM)
+        self.process.send_signal(
+            signal.SIGTERM
+        )  # the worker handles it like Ctrl-C: fails its answers, exits
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
