@@ -177,8 +177,6 @@ def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int, database_url:
         "LLM_MAX_NUM_SEQS": str(max_num_seqs),
         # the benchmark is one key's traffic: keep every limit above the load it makes
         "API_MAX_CONCURRENT_PER_KEY": "1000",
-        "CHAT_MAX_CONCURRENT_PER_USER": "1000",
-        "CHAT_RATE_PER_MINUTE": "100000",
         "CHAT_QUEUE_MAX": "10000",
         "LOG_LEVEL": "WARNING",
     }

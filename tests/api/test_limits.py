@@ -31,8 +31,11 @@ def post(api, body: dict):
     )
 
 
-async def test_a_key_over_its_concurrency_limit_gets_429_with_retry_after(api, monkeypatch):
+async def test_a_key_over_its_concurrency_limit_gets_429_with_retry_after(api, monkeypatch, settings):
     monkeypatch.setattr(config, "API_MAX_CONCURRENT_PER_KEY", 2)
+    # the chat's per-user limits are not the API's: a key has its own
+    settings.CHAT_MAX_CONCURRENT_PER_USER = 1
+    settings.CHAT_RATE_PER_MINUTE = 1
     long = {
         "model": api.model,
         "messages": [{"role": "user", "content": "Go on."}],
