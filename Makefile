@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 # (set TORCH_SPEC to pick another build, e.g. on a CUDA machine).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install run test test-postgres lint format bench
+.PHONY: install run test test-postgres lint format bench screenshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,7 @@ format: install
 
 bench: install
 	$(PY) bench/engine.py
+
+# Retake the README's screenshot (docs/screenshot.png) from the browser test that shows the chat page.
+screenshot: install
+	UPDATE_SCREENSHOT=1 $(PY) -m pytest -q tests/ui/test_chat_ui.py -k readme
