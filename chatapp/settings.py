@@ -142,7 +142,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "login"  # the site's own log-in page (the admin keeps its own)
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
