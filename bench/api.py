@@ -200,18 +200,15 @@ def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int, database_url:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="model folder (default: the demo model)")
-    parser.add_argument(
-        "--shape",
-        choices=["smollm2-135m"],
-        default=None,
-        help="build a random-weight model of this shape instead",
-    )
     parser.add_argument("--database-url", default=None, help="the stack's DATABASE_URL (default: SQLite)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--input-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument(
-        "--requests", type=int, default=0, help="requests per level (default: max(16, 4 x level))"
+        "--requests", type=int, default=0, help="requests per level (default: max(32, 8 x level))"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="engine-only rounds per level (the best is kept)"
     )
     parser.add_argument("--aiperf", default=str(ROOT / "var" / "aiperf-venv" / "bin" / "aiperf"))
     args = parser.parse_args()
