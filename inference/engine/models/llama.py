@@ -23,6 +23,16 @@ def _param(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x W^T + b. A single row on CPU (batch-1 decode) goes through torch.mv: measured here in bf16, it reads the
+    weights about 20% faster than F.linear. (W @ x^T was faster still for a few rows, but its transposed output
+    made the rest of the layer slower than the matmul saved.)"""
+    if x.device.type == "cpu" and x.dim() == 2 and x.shape[0] == 1:
+        y = torch.mv(weight, x[0]).unsqueeze(0)
+        return y if bias is None else y + bias
+    return F.linear(x, weight, bias)
+
+
 class Linear(nn.Module):
     def __init__(self, n_in: int, n_out: int, bias: bool, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
@@ -30,7 +40,7 @@ class Linear(nn.Module):
         self.bias = _param((n_out,), dtype, device) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class RMSNorm(nn.Module):
@@ -148,7 +158,7 @@ class Attention(nn.Module):
         # One query per sequence: the query heads sharing a KV head become that head's "query rows", so GQA
         # needs no copy of K/V, and a padding mask is all the masking there is.
         b = q.shape[0]
-        qg = q.view(b, self.nkv, self.group, self.hd)
+        qg = q.reshape(b, self.nkv, self.group, self.hd)
         slots = (
             meta.decode_kv_slots
         )  # [B, L]; index_select on the flat slots is far faster than k_cache[slots]
@@ -246,7 +256,7 @@ class LlamaModel(nn.Module):
         for layer, kc, vc in zip(self.layers, k_caches, v_caches, strict=True):
             x = layer(x, meta, kc, vc)
         x = self.norm(x[meta.logit_rows])
-        return F.linear(x, self.lm_head).float()
+        return linear(x, self.lm_head).float()
 
     # -- weights -------------------------------------------------------------------------------------------
     # our fused parameter -> the checkpoint's parts, stacked in this order along the output rows
