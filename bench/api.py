@@ -6,8 +6,8 @@ engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 conc
 
 Prints one table: time to first token, inter-token latency and output tokens/s as a client sees them (aiperf,
 streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne) and as the engine itself sees
-them (the same closed loop of N concurrent requests calling LLMEngine.step() directly), and their ratio. Engine and
-stack run one after the other, never at once. A table of numbers, never a timed test.
+them (the same closed loop of N concurrent requests calling LLMEngine.step() directly), and their ratio. Engine-alone
+and API rounds alternate (never at once) and each keeps its best round. A table of numbers, never a timed test.
 """
 
 from __future__ import annotations
@@ -87,21 +87,18 @@ def engine_run(engine, prompts: list[str], concurrency: int, total: int, output_
     return Figures(statistics.median(ttft), statistics.median(itl), sum(ntok.values()) / wall, len(last))
 
 
-def engine_figures(
-    model_dir: Path, levels: list[int], input_tokens: int, output_tokens: int, per_level, rounds: int
-) -> dict:
+def load_engine(model_dir: Path, max_num_seqs: int, input_tokens: int):
+    """The engine alone, with the worker's options (settings' defaults), warmed up; and the prompts to send."""
     from inference.engine import LLMEngine
 
-    engine = LLMEngine(str(model_dir), dtype="auto", device="auto", max_num_seqs=max(32, max(levels)))
+    engine = LLMEngine(str(model_dir), dtype="auto", device="auto", max_num_seqs=max_num_seqs)
     prompts = prompts_of(model_dir, 64, input_tokens)
-    engine_run(engine, prompts, 2, 2, 4)  # warm-up
-    best = {}
-    for _ in range(rounds):  # a shared, noisy machine: keep each level's best round
-        for c in levels:
-            run = engine_run(engine, prompts, c, per_level(c), output_tokens)
-            if c not in best or run.tokens_per_s > best[c].tokens_per_s:
-                best[c] = run
-    return best
+    engine_run(engine, prompts, 2, 2, 4)
+    return engine, prompts
+
+
+def best(old: Figures | None, new: Figures) -> Figures:
+    return new if old is None or new.tokens_per_s > old.tokens_per_s else old
 
 
 # --- through the API, measured by aiperf --------------------------------------------------------------------------
@@ -208,7 +205,10 @@ def main() -> int:
         "--requests", type=int, default=0, help="requests per level (default: max(32, 8 x level))"
     )
     parser.add_argument(
-        "--rounds", type=int, default=2, help="engine-only rounds per level (the best is kept)"
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds per level, engine and API alternating (the best is kept)",
     )
     parser.add_argument("--aiperf", default=str(ROOT / "var" / "aiperf-venv" / "bin" / "aiperf"))
     args = parser.parse_args()
@@ -227,24 +227,23 @@ def main() -> int:
     levels = args.concurrency
     print(f"model {model_dir}, {args.input_tokens} prompt tokens, {args.output_tokens} output tokens "
           f"(ignore_eos), levels {levels}", flush=True)  # fmt: skip
-    engine = engine_figures(model_dir, levels, args.input_tokens, args.output_tokens, per_level, args.rounds)
+    # The stack starts first and idles (a worker without requests only heartbeats) while the engine alone runs in
+    # this process; engine and API rounds alternate, so both see the same spells of load from elsewhere.
     stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)), args.database_url)
+    engine, prompts = load_engine(model_dir, max(32, max(levels)), args.input_tokens)
+    alone: dict[int, Figures] = {}
+    api: dict[int, Figures] = {}
     try:
-        api = {
-            c: aiperf_figures(
-                args.aiperf,
-                stack.url,
-                key,
-                model_dir.name,
-                model_dir,
-                c,
-                per_level(c),
-                args.input_tokens,
-                args.output_tokens,
-                work / "aiperf",
-            )  # fmt: skip
-            for c in levels
-        }
+        for round_no in range(args.rounds):
+            for c in levels:
+                alone[c] = best(
+                    alone.get(c), engine_run(engine, prompts, c, per_level(c), args.output_tokens)
+                )
+                run = aiperf_figures(
+                    args.aiperf, stack.url, key, model_dir.name, model_dir, c, per_level(c),
+                    args.input_tokens, args.output_tokens, work / "aiperf" / f"round{round_no}",
+                )  # fmt: skip
+                api[c] = best(api.get(c), run)
     finally:
         stack.stop()
     print()
@@ -253,7 +252,7 @@ def main() -> int:
     )
     print("|---:|---:|---:|---:|---:|")
     for c in levels:
-        e, a = engine[c], api[c]
+        e, a = alone[c], api[c]
         print(f"| {c} | {e.ttft_ms:.1f} / {a.ttft_ms:.1f} | {e.itl_ms:.2f} / {a.itl_ms:.2f} | "
               f"{e.tokens_per_s:.0f} / {a.tokens_per_s:.0f} | {a.tokens_per_s / e.tokens_per_s:.2f} |")  # fmt: skip
     print(f"\n(aiperf artifacts: {work / 'aiperf'})")
