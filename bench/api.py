@@ -1,8 +1,9 @@
 """End-to-end API benchmark: a third-party OpenAI load tool (NVIDIA aiperf) against the running stack, beside the
 engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 concurrent requests.
 
-    var/aiperf-venv/bin/pip install aiperf   # once; its own venv (it pins other huggingface-hub/transformers)
-    .venv/bin/python bench/api.py            # builds the demo model, starts Redis + worker + Daphne, runs both
+    python3 -m venv var/aiperf-venv && var/aiperf-venv/bin/pip install aiperf   # once, in its own venv: aiperf
+                                                    # pins huggingface-hub 1.x, which would break our transformers
+    .venv/bin/python bench/api.py      # builds the demo model, starts Redis + worker + Daphne, runs both
 
 Prints one table: time to first token, inter-token latency and output tokens/s as a client sees them (aiperf,
 streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne) and as the engine itself sees
