@@ -166,7 +166,7 @@ def ensure_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int, database_url: str | None):
+def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int, database_url: str | None, extra_env: dict):
     """Redis + worker + Daphne from the run command's own code (chatapp.launcher.Stack), with a user and a key."""
     from chatapp.launcher import Stack, free_port
 
@@ -181,6 +181,7 @@ def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int, database_url:
     if database_url:
         ensure_database(database_url)
         env["DATABASE_URL"] = database_url
+    env.update(extra_env)
     stack = Stack(var_dir=var_dir, port=free_port(), env=env, log_dir=var_dir / "logs").start(timeout=300)
     manage = [sys.executable, str(ROOT / "manage.py")]
     child_env = stack.child_env()
@@ -211,6 +212,13 @@ def main() -> int:
         default=2,
         help="rounds per level, engine and API alternating (the best is kept)",
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="more settings for the stack's processes",
+    )
     parser.add_argument("--aiperf", default=str(ROOT / "var" / "aiperf-venv" / "bin" / "aiperf"))
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
@@ -230,7 +238,8 @@ def main() -> int:
           f"(ignore_eos), levels {levels}", flush=True)  # fmt: skip
     # The stack starts first and idles (a worker without requests only heartbeats) while the engine alone runs in
     # this process; engine and API rounds alternate, so both see the same spells of load from elsewhere.
-    stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)), args.database_url)
+    extra_env = dict(item.split("=", 1) for item in args.env)
+    stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)), args.database_url, extra_env)
     engine, prompts = load_engine(model_dir, max(32, max(levels)), args.input_tokens)
     alone: dict[int, Figures] = {}
     api: dict[int, Figures] = {}
