@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 # (set TORCH_SPEC to pick another build, e.g. on a CUDA machine).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install run test test-postgres lint format bench screenshot
+.PHONY: install run test test-postgres lint format bench bench-quick screenshot
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ format: install
 
 bench: install
 	$(PY) bench/engine.py
+
+bench-quick: install
+	$(PY) bench/engine.py --quick
 
 # Retake the README's screenshot (docs/screenshot.png) from the browser test that shows the chat page.
 screenshot: install
