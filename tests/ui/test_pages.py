@@ -120,9 +120,14 @@ def test_static_files_are_served_and_nothing_outside_static(client):
     again = client.get("/static/chat/main.js", HTTP_IF_MODIFIED_SINCE=script["Last-Modified"])
     assert again.status_code == 304
     assert client.get("/static/vendor/marked/LICENSE").status_code == 200
+    admin_css = client.get("/static/admin/css/base.css")  # the admin's own files: without them it is unstyled
+    assert admin_css.status_code == 200 and admin_css["Content-Type"].startswith("text/css")
     for path in (
         "/static/../chatapp/settings.py",
         "/static/%2e%2e/manage.py",
+        "/static/admin/../../../../settings.py",
+        "/static/admin/%2e%2e/%2e%2e/%2e%2e/%2e%2e/templates/admin/base.html",
+        "/static/admin/",
         "/static/chat/",
         "/static/nope.js",
     ):
