@@ -120,7 +120,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _check_port_free(host: str, port: int) -> None:
+    """LaunchError when something listens on host:port.
+
+    SO_REUSEADDR as Daphne (Twisted) uses it: connections of a stopped run still in TIME-WAIT do not block a
+    restart, while a live listener still does.
+    """
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

@@ -73,3 +73,23 @@ def test_health_probes_while_not_ready_are_not_logged_as_errors(client, caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == "django.request"]
     assert not any("/health" in m for m in messages), messages
     assert any("/no-such-page-here" in m for m in messages), messages  # other requests are still logged
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_run_is_free_again():
+    """Right after a stop, the server's closed connections sit in TIME-WAIT for a minute; a restart must work."""
+    from chatapp.launcher import LaunchError, _check_port_free
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    with pytest.raises(LaunchError, match="Address already in use"):
+        _check_port_free("127.0.0.1", port)  # a live listener is refused
+    served.close()  # the server closes first: its side of the connection goes to TIME-WAIT
+    client.recv(1)
+    client.close()
+    listener.close()
+    _check_port_free("127.0.0.1", port)
