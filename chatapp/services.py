@@ -447,13 +447,18 @@ def generation_checkpoint(*, worker: Worker, checkpoints: list[Checkpoint], acti
     return result
 
 
-def generation_expire_leases() -> list[Generation]:
-    """Fails every running answer whose worker stopped renewing its lease; returns them for notification."""
+def generation_expire_leases(*, model: str) -> list[Generation]:
+    """Fails every running answer of `model` whose worker stopped renewing its lease; returns them for notification.
+
+    Like claiming, this is the job of the workers that serve `model`: a worker of another pool (maybe another
+    deployment, with a Redis of its own, on the same database) would send the `done` events where no client of
+    this model's web processes listens.
+    """
     now = timezone.now()
     with transaction.atomic():
         ids = list(
             Generation.objects.select_for_update(skip_locked=True)
-            .filter(state=State.RUNNING, lease_expires_at__lt=now)
+            .filter(state=State.RUNNING, model=model, lease_expires_at__lt=now)
             .values_list("id", flat=True)
         )
         return _fail(ids=ids, error=LEASE_EXPIRED_ERROR, now=now)

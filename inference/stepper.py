@@ -45,10 +45,20 @@ class EngineStepper:
         """Call after adding a request, so an idle thread starts stepping at once."""
         self._wake.set()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Asks the thread to end after its current step and waits up to `timeout`; True once it has ended.
+
+        Another thread may drive the same engine only after this returned True.
+        """
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def _wait_for_work(self) -> bool:
         """True when the engine has something to step; waits up to IDLE_WAIT_S otherwise."""

@@ -3,8 +3,9 @@
 One asyncio loop does all I/O (Redis channel layer, database through `database_sync_to_async`); the engine steps in
 its own thread (inference.stepper). Concurrent tasks:
 - receive: the worker's own channel gets nudges (via WORKERS_GROUP) and cancels; they only wake things up.
-- claim: on a nudge, a freed slot or every sweep interval: fail expired leases (any worker's), claim the oldest
-  queued rows that fit (capacity minus running), add them to the engine, send `started` and new queue positions.
+- claim: on a nudge, a freed slot or every sweep interval: fail expired leases (any worker's, of this model),
+  claim the oldest queued rows that fit (capacity minus running), add them to the engine, send `started` and new
+  queue positions.
 - flush: coalesces each generation's new text (first text at once, then at most one delta per flush interval),
   checkpoints every due generation in one transaction, and only then sends the deltas and `done` events.
 - heartbeat: renews this worker's row and the leases of its running generations every lease/3 seconds.
@@ -36,6 +37,7 @@ from inference.stepper import EngineStepper
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 30.0  # longest wait for a loop to finish its current database call when stopping
+STEPPER_JOIN_S = 30.0  # longest wait for the engine thread to finish its current step when stopping
 
 
 class InferenceWorker:
@@ -129,14 +131,25 @@ class InferenceWorker:
             _done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
             for task in (*pending, stop_task):
                 task.cancel()
-            await asyncio.gather(*tasks, stop_task, return_exceptions=True)
-            await self._shutdown()
+            try:
+                await asyncio.gather(*tasks, stop_task, return_exceptions=True)
+                await self._shutdown()
+            finally:
+                # However run() ends (even cancelled mid-shutdown), the engine thread ends with it: the engine
+                # may be handed to another worker next, and two threads must never step it.
+                if self._stepper is not None and self._stepper.alive:
+                    self._stepper.stop(STEPPER_JOIN_S)
+
+    @property
+    def engine_thread_alive(self) -> bool:
+        """True while this worker's engine thread runs (it ends when run() returns)."""
+        return self._stepper is not None and self._stepper.alive
 
     async def _shutdown(self) -> None:
         for live in list(self.live.values()):
             self._abort_in_engine(live.generation_id)
-        if self._stepper is not None:
-            await asyncio.to_thread(self._stepper.stop)
+        if self._stepper is not None and not await asyncio.to_thread(self._stepper.stop, STEPPER_JOIN_S):
+            log.error("the engine thread did not end within %.0f s", STEPPER_JOIN_S)
         failed = await database_sync_to_async(services.worker_stop)(worker=self.row)
         await self._send_done_events([g.id for g in failed])
         self.live.clear()
@@ -213,7 +226,7 @@ class InferenceWorker:
                 log.exception("claim/sweep failed; retrying at the next sweep")
 
     async def _sweep_and_claim(self) -> None:
-        expired = await database_sync_to_async(services.generation_expire_leases)()
+        expired = await database_sync_to_async(services.generation_expire_leases)(model=self.model_name)
         if expired:
             log.warning("failed %d generations whose worker lease expired", len(expired))
             await self._send_done_events([g.id for g in expired])

@@ -52,6 +52,7 @@ class WorkerHandle:
         self.engine = engine
         self.worker = None
         self.task: asyncio.Task | None = None
+        self.engine_stuck = False
 
     async def start(self, *, capacity: int = 8, **options):
         from django.conf import settings
@@ -78,21 +79,46 @@ class WorkerHandle:
         return self.worker
 
     async def stop(self) -> None:
+        """Stops the worker and makes sure its engine thread has ended; raises (failing the test) otherwise."""
         if self.task is None:
             return
-        self.worker.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(self.task, RECV_TIMEOUT)
-        self.task = None
+        worker, task, self.task = self.worker, self.task, None
+        worker.stop()
+        try:
+            done, _ = await asyncio.wait([task], timeout=RECV_TIMEOUT)
+            if task not in done:
+                task.cancel()
+                await asyncio.wait([task], timeout=RECV_TIMEOUT)
+                raise RuntimeError("the worker did not stop when asked")
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+        finally:
+            # Never hand the session's engine to the next test while this worker's engine thread still steps it.
+            if worker.engine_thread_alive:
+                await asyncio.to_thread(worker._stepper.stop, RECV_TIMEOUT)
+            if worker.engine_thread_alive:
+                self.engine_stuck = True
+                raise RuntimeError("the worker's engine thread did not end: the shared engine is unusable")
 
 
 @pytest.fixture
 async def worker_handle(chat_env, demo_engine) -> AsyncIterator[WorkerHandle]:
     """A worker the test starts when it wants (`await worker_handle.start()`); stopped at the end."""
+    if _stuck_engines:
+        pytest.fail(
+            "an earlier test left an engine thread stepping the shared engine (see its teardown error)"
+        )
     handle = WorkerHandle(demo_engine)
-    yield handle
-    await handle.stop()
-    await _close_thread_connections()
+    try:
+        yield handle
+        await handle.stop()
+    finally:
+        if handle.engine_stuck:
+            _stuck_engines.append(demo_engine)
+        await _close_thread_connections()
+
+
+_stuck_engines: list = []  # the session engine, once a worker's engine thread failed to end
 
 
 @pytest.fixture
@@ -184,7 +210,8 @@ async def open_socket(chat_env) -> AsyncIterator[Callable]:
 
     yield open_
     for chat in sockets:
-        with contextlib.suppress(Exception):
+        # A communicator whose receive timed out has had its application cancelled: closing it re-raises that.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
             await chat.close()
     await _close_thread_connections()
 

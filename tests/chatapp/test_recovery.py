@@ -97,3 +97,26 @@ async def test_queue_positions_are_sent_as_they_change(worker_handle, make_user,
     positions = [e["position"] for e in events if e["type"] == "queued"]
     assert positions and positions == sorted(positions, reverse=True) and positions[-1] == 1
     await asyncio.gather(*(c.recv_until(is_done(g["id"])) for c, g in zip(chats, gens, strict=True)))
+
+
+async def test_a_worker_expires_only_leases_of_its_own_model(chat_env, make_user, open_socket):
+    # Another model's pool (in tests: the session stack, with a Redis of its own) must not fail, and announce
+    # where nobody listens, the answers of this model; this model's workers do.
+    chat_env.WORKER_LEASE_SECONDS = -1.0  # every lease taken below is expired already
+    chat = await open_socket(await make_user())
+    gen = await _queued_answer(chat)
+
+    @sync_to_async
+    def dead_worker_takes_it_then_sweeps():
+        dead = services.worker_register(
+            channel_name="inference-worker.gone!y", hostname="gone", pid=1, model=chat_env.LLM_MODEL, is_demo=True,
+            max_context=2048, capacity=1,
+        )  # fmt: skip
+        services.generation_claim(worker=dead, limit=1)
+        by_others = services.generation_expire_leases(model=f"/elsewhere/{uuid.uuid4()}")
+        by_its_own = services.generation_expire_leases(model=chat_env.LLM_MODEL)
+        return by_others, by_its_own
+
+    by_others, by_its_own = await dead_worker_takes_it_then_sweeps()
+    assert by_others == [] and [str(g.id) for g in by_its_own] == [gen["id"]]
+    assert by_its_own[0].state == "failed" and by_its_own[0].error == LEASE_EXPIRED_ERROR
