@@ -34,6 +34,9 @@ WORKER_RESTARTS_PER_WINDOW = 3
 WORKER_RESTART_WINDOW_S = 120.0
 
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]")
+
+
 class LaunchError(RuntimeError):
     """A part of the stack could not be started (the message says which and why)."""
 
@@ -253,12 +256,23 @@ class Stack:
     children: list[Child] = field(default_factory=list)
 
     @property
+    def reach_host(self) -> str:
+        """The address to reach the server at: loopback when it listens on every interface (0.0.0.0 or ::).
+
+        A wildcard is no address to send requests to, and "0.0.0.0" is not an allowed host, so probing it
+        never reported ready.
+        """
+        if self.host in WILDCARD_HOSTS:
+            return "[::1]" if ":" in self.host else "127.0.0.1"
+        return f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+
+    @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.reach_host}:{self.port}"
 
     @property
     def ws_url(self) -> str:
-        return f"ws://{self.host}:{self.port}/ws/chat/"
+        return f"ws://{self.reach_host}:{self.port}/ws/chat/"
 
     def child_env(self) -> dict:
         env = {**os.environ, **self.env, "CHAT_VAR_DIR": str(self.var_dir), "PYTHONUNBUFFERED": "1"}
@@ -387,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"\nChat is running at {stack.url}/   (Ctrl-C stops it; admin at {stack.url}/admin/)\n",
                 flush=True,
             )
+            if args.host in WILDCARD_HOSTS and not os.environ.get("ALLOWED_HOSTS", "").strip():
+                print(
+                    f"It listens on every interface ({args.host}), but only answers to localhost names: set"
+                    " ALLOWED_HOSTS (and CSRF_TRUSTED_ORIGINS) to the name or address others will use.\n",
+                    flush=True,
+                )
             restarts: list[float] = []
             while not stopping:
                 dead = stack.dead_child()

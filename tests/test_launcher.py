@@ -115,6 +115,17 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _wait_for_line(log: Path, text: str, process: subprocess.Popen) -> None:
+    """Waits until the launcher has printed `text` (a hang guard, not a timing assertion)."""
+    import time
+
+    deadline = time.monotonic() + 300
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"the launcher never printed {text!r}"
+        time.sleep(0.5)
+
+
 def _wait_for_worker(url: str, process: subprocess.Popen, not_pid: int | None) -> int:
     """The pid of a live worker that /health lists (other than `not_pid`); a hang guard, not a timing assertion."""
     import json
@@ -139,6 +150,7 @@ def _wait_for_worker(url: str, process: subprocess.Popen, not_pid: int | None) -
 
 @pytest.mark.e2e
 def test_a_killed_worker_is_started_again_and_ctrl_c_leaves_no_process(tmp_path):
+    """On every interface (HOST=0.0.0.0) too: it probes and prints a loopback address it can be reached at."""
     import signal
 
     with socket.socket() as probe:
@@ -146,7 +158,8 @@ def test_a_killed_worker_is_started_again_and_ctrl_c_leaves_no_process(tmp_path)
         port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "LLM_MODEL")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    env.update({"CHAT_VAR_DIR": str(tmp_path / "var"), "PORT": str(port), "WORKER_SWEEP_SECONDS": "1"})
+    env.pop("ALLOWED_HOSTS", None)
+    env.update({"CHAT_VAR_DIR": str(tmp_path / "var"), "PORT": str(port), "HOST": "0.0.0.0"})
     log = open(tmp_path / "launcher.log", "wb")  # noqa: SIM115 - closed below
     launcher = subprocess.Popen(
         [sys.executable, "-m", "chatapp.launcher"],
@@ -157,6 +170,7 @@ def test_a_killed_worker_is_started_again_and_ctrl_c_leaves_no_process(tmp_path)
     )
     url = f"http://127.0.0.1:{port}"
     try:
+        _wait_for_line(tmp_path / "launcher.log", "Chat is running at", launcher)
         first = _wait_for_worker(url, launcher, None)
         children = _children_of(launcher.pid)
         assert first in children and len(children) == 3  # redis, worker, daphne
@@ -172,6 +186,8 @@ def test_a_killed_worker_is_started_again_and_ctrl_c_leaves_no_process(tmp_path)
             launcher.wait(30)
         log.close()
     output = (tmp_path / "launcher.log").read_text(errors="replace")
+    assert f"Chat is running at http://127.0.0.1:{port}/" in output
+    assert "set ALLOWED_HOSTS" in output
     assert "the worker exited with code -9; starting a new one" in output
     assert [pid for pid in children if _alive(pid)] == [], output[-2000:]
     assert not (tmp_path / "var" / "redis" / "redis.sock").exists()
