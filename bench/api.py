@@ -3,7 +3,9 @@ engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 conc
 
     python3 -m venv var/aiperf-venv && var/aiperf-venv/bin/pip install aiperf   # once, in its own venv: aiperf
                                                     # pins huggingface-hub 1.x, which would break our transformers
-    .venv/bin/python bench/api.py      # builds the demo model, starts Redis + worker + Daphne, runs both
+    .venv/bin/python bench/api.py      # SmolLM2-135M shape (random bf16 weights, built once into var/bench-models/),
+                                       # starts Redis + worker + Daphne, runs both
+    .venv/bin/python bench/api.py --model demo   # the tiny demo model: a forward pass of 1-3 ms, so mostly I/O
 
 Prints one table: time to first token, inter-token latency and output tokens/s as a client sees them (aiperf,
 streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne) and as the engine itself sees
@@ -26,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "bench"))
 
 
 @dataclass
@@ -34,6 +37,53 @@ class Figures:
     itl_ms: float  # median inter-token latency
     tokens_per_s: float  # output tokens per second over the whole run
     requests: int
+
+
+# --- the model under test -------------------------------------------------------------------------------------
+BENCH_MODELS = ROOT / "var" / "bench-models"
+SHAPE_MODELS = {"smollm2-135m-shape": "smollm2-135m"}  # name here -> bench/engine.py's SHAPES key
+
+
+def model_folder(choice: str, work: Path) -> Path:
+    """The model to serve: a shape from bench/engine.py (random weights, built once and reused), the demo model, or
+    a folder. A realistic shape is the default: with the demo model's 1-3 ms forward pass, any I/O dominates."""
+    if choice == "demo":
+        from inference.demo import build_demo_model
+
+        return build_demo_model(work / "demo-model")
+    if choice in SHAPE_MODELS:
+        out = BENCH_MODELS / choice
+        if not (out / "config.json").exists():
+            from engine import build_checkpoint  # bench/engine.py, next to this file
+
+            partial = BENCH_MODELS / f"{choice}.partial"
+            partial.mkdir(parents=True, exist_ok=True)
+            print(f"building a random {SHAPE_MODELS[choice]} checkpoint in {out} ...", flush=True)
+            build_checkpoint(partial, SHAPE_MODELS[choice], "cpu")
+            partial.rename(out)
+        generation_prompt_on_a_word(out)
+        return out
+    folder = Path(choice)
+    if not (folder / "config.json").exists():
+        raise SystemExit(
+            f"--model {choice!r}: not one of {', '.join([*SHAPE_MODELS, 'demo'])} nor a model folder"
+        )
+    return folder
+
+
+def generation_prompt_on_a_word(model_dir: Path) -> None:
+    """Ends the chat template's generation prompt with ':' instead of a newline, for random weights only.
+
+    A random-weight model repeats the prompt's last token. The demo tokenizer writes a newline as a byte-fallback
+    token, which the detokenizer holds until a non-byte token follows, so the whole answer would arrive as one
+    chunk at the end (TTFT = the whole request, no inter-token latency). On a word every token shows as text.
+    """
+    path = model_dir / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    template = config["chat_template"].replace("'<|im_start|>assistant\n'", "'<|im_start|>assistant:'")
+    if template != config["chat_template"]:
+        config["chat_template"] = template
+        path.write_text(json.dumps(config, indent=1))
 
 
 # --- engine only ------------------------------------------------------------------------------------------------
@@ -198,7 +248,11 @@ def start_stack(model_dir: Path, var_dir: Path, max_num_seqs: int, database_url:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=None, help="model folder (default: the demo model)")
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m-shape",
+        help="smollm2-135m-shape (default: random bf16 weights, SmolLM2-135M's shape), demo, or a model folder",
+    )
     parser.add_argument("--database-url", default=None, help="the stack's DATABASE_URL (default: SQLite)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--input-tokens", type=int, default=128)
@@ -227,11 +281,7 @@ def main() -> int:
               "var/aiperf-venv/bin/pip install aiperf", file=sys.stderr)  # fmt: skip
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-api-", dir=ROOT / "var"))
-    model_dir = args.model
-    if model_dir is None:
-        from inference.demo import build_demo_model
-
-        model_dir = build_demo_model(work / "demo-model")
+    model_dir = model_folder(args.model, work)
     per_level = (lambda c: args.requests) if args.requests else (lambda c: max(32, 8 * c))
     levels = args.concurrency
     print(f"model {model_dir}, {args.input_tokens} prompt tokens, {args.output_tokens} output tokens "
