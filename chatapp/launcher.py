@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,6 +189,40 @@ def start_redis(data_dir: Path, *, log_dir: Path | None = None, timeout: float =
     return child, url
 
 
+def check_redis_url(url: str, timeout: float = 3.0) -> None:
+    """LaunchError naming REDIS_URL when nothing answers there (redis:// or unix://; rediss:// is not probed).
+
+    Without this the worker died on its first Redis call with a long traceback and the launcher waited for it.
+    """
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        if parsed.scheme == "unix":
+            family, address, shown = socket.AF_UNIX, parsed.path, parsed.path
+        elif parsed.scheme == "redis":
+            host, port = parsed.hostname or "localhost", parsed.port or 6379
+            family, address, shown = None, (host, port), f"{host}:{port}"
+        else:
+            return
+    except ValueError as exc:
+        raise LaunchError(f"REDIS_URL is not a valid Redis URL ({exc}): {url!r}") from None
+    try:
+        if family is None:
+            client = socket.create_connection(address, timeout=timeout)
+        else:
+            client = socket.socket(family)
+            client.settimeout(timeout)
+            client.connect(address)
+        with client:
+            client.sendall(b"PING\r\n")
+            reply = client.recv(64)
+    except OSError as exc:
+        raise LaunchError(
+            f"REDIS_URL: no Redis answers at {shown} ({exc.strerror or exc}); unset REDIS_URL for the embedded one"
+        ) from None
+    if reply[:1] not in (b"+", b"-"):
+        raise LaunchError(f"REDIS_URL: {shown} does not answer like a Redis server")
+
+
 def _redis_answers(sock: Path) -> bool:
     if not sock.exists():
         return False
@@ -292,6 +327,8 @@ class Stack:
     def _start(self, timeout: float) -> None:
         self.var_dir.mkdir(parents=True, exist_ok=True)
         _check_port_free(self.host, self.port)
+        if self.redis_url:
+            check_redis_url(self.redis_url)
         manage = [sys.executable, str(BASE_DIR / "manage.py")]
         if self.migrate:
             done = subprocess.run([*manage, "migrate", "--noinput"], env=self.child_env(), cwd=BASE_DIR)

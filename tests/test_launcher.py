@@ -64,6 +64,24 @@ def test_a_busy_port_is_named_and_nothing_starts(tmp_path):
     assert not (tmp_path / "var" / "redis" / "redis.sock").exists()
 
 
+def test_a_redis_url_where_nothing_answers_is_named_before_anything_starts(tmp_path):
+    with socket.socket() as closed, socket.socket() as web:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        port = closed.getsockname()[1]
+        web.bind(("127.0.0.1", 0))
+        web_port = str(web.getsockname()[1])
+        web.close()  # a free port for the launcher's own check, which comes first
+        done = run_launcher(tmp_path, REDIS_URL=f"redis://127.0.0.1:{port}/0", PORT=web_port)
+        missing = run_launcher(tmp_path, REDIS_URL=f"unix://{tmp_path}/no.sock", PORT=web_port)
+    assert done.returncode == 1
+    assert (
+        f"could not start: REDIS_URL: no Redis answers at 127.0.0.1:{port} (Connection refused)"
+        in done.stderr
+    )
+    assert "Traceback" not in done.stderr + done.stdout
+    assert missing.returncode == 1 and "REDIS_URL: no Redis answers at" in missing.stderr
+
+
 @pytest.mark.django_db
 def test_health_probes_while_not_ready_are_not_logged_as_errors(client, caplog):
     """/health is polled several times a second while the worker loads; each 503 is not an ERROR line."""
