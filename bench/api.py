@@ -148,6 +148,25 @@ def load_engine(model_dir: Path, max_num_seqs: int, input_tokens: int):
     return engine, prompts
 
 
+# --- where the CPU goes ------------------------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process (Linux /proc), all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(stack) -> dict[str, float]:
+    """CPU seconds so far of each stack process, and of finished children of this process (aiperf)."""
+    import resource
+
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    snap = {"aiperf (client)": kids.ru_utime + kids.ru_stime}
+    for child in stack.children:
+        if child.alive():
+            snap[child.name] = cpu_seconds(child.process.pid)
+    return snap
+
+
 def best(old: Figures | None, new: Figures) -> Figures:
     return new if old is None or new.tokens_per_s > old.tokens_per_s else old
 
@@ -293,16 +312,24 @@ def main() -> int:
     engine, prompts = load_engine(model_dir, max(32, max(levels)), args.input_tokens)
     alone: dict[int, Figures] = {}
     api: dict[int, Figures] = {}
+    cpu: dict[int, dict[str, float]] = {}  # CPU seconds per 1,000 output tokens, the last round of each level
     try:
         for round_no in range(args.rounds):
             for c in levels:
-                alone[c] = best(
-                    alone.get(c), engine_run(engine, prompts, c, per_level(c), args.output_tokens)
-                )
+                before = time.process_time()
+                run = engine_run(engine, prompts, c, per_level(c), args.output_tokens)
+                tokens = per_level(c) * args.output_tokens
+                cpu[c] = {"engine alone (bench process)": (time.process_time() - before) * 1000 / tokens}
+                alone[c] = best(alone.get(c), run)
+                before_api = cpu_snapshot(stack)
                 run = aiperf_figures(
                     args.aiperf, stack.url, key, model_dir.name, model_dir, c, per_level(c),
                     args.input_tokens, args.output_tokens, work / "aiperf" / f"round{round_no}",
                 )  # fmt: skip
+                after_api = cpu_snapshot(stack)
+                cpu[c] |= {
+                    k: (after_api[k] - v) * 1000 / tokens for k, v in before_api.items() if k in after_api
+                }
                 api[c] = best(api.get(c), run)
     finally:
         stack.stop()
@@ -315,6 +342,12 @@ def main() -> int:
         e, a = alone[c], api[c]
         print(f"| {c} | {e.ttft_ms:.1f} / {a.ttft_ms:.1f} | {e.itl_ms:.2f} / {a.itl_ms:.2f} | "
               f"{e.tokens_per_s:.0f} / {a.tokens_per_s:.0f} | {a.tokens_per_s / e.tokens_per_s:.2f} |")  # fmt: skip
+    names = list(cpu[levels[0]])
+    print("\nCPU seconds per 1,000 output tokens (last round of each level):\n")
+    print("| concurrent | " + " | ".join(names) + " |")
+    print("|---:|" + "---:|" * len(names))
+    for c in levels:
+        print(f"| {c} | " + " | ".join(f"{cpu[c].get(n, float('nan')):.2f}" for n in names) + " |")
     print(f"\n(aiperf artifacts: {work / 'aiperf'})")
     return 0
 
