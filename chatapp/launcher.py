@@ -189,6 +189,20 @@ def start_redis(data_dir: Path, *, log_dir: Path | None = None, timeout: float =
     return child, url
 
 
+def _check_database() -> None:
+    """LaunchError naming DATABASE_URL when the database cannot be reached (before migrate prints a traceback)."""
+    from django.db import connection
+    from django.db.utils import Error
+
+    try:
+        connection.ensure_connection()
+    except Error as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LaunchError(f"DATABASE_URL: cannot connect to the database ({first_line})") from None
+    finally:
+        connection.close()
+
+
 def check_redis_url(url: str, timeout: float = 3.0) -> None:
     """LaunchError naming REDIS_URL when nothing answers there (redis:// or unix://; rediss:// is not probed).
 
@@ -417,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
             f"LLM_MODEL is unset: using the demo model (random weights, its answers are noise) in {settings.LLM_MODEL}"
         )
         ensure_demo_model(Path(settings.LLM_MODEL))
+    try:
+        _check_database()
+    except LaunchError as exc:
+        print(f"could not start: {exc}", file=sys.stderr)
+        return 1
     redis_url = os.environ.get("REDIS_URL") or None
     stack = Stack(var_dir=Path(settings.VAR_DIR), host=args.host, port=port, redis_url=redis_url)
     stopping = False

@@ -82,6 +82,16 @@ def test_a_redis_url_where_nothing_answers_is_named_before_anything_starts(tmp_p
     assert missing.returncode == 1 and "REDIS_URL: no Redis answers at" in missing.stderr
 
 
+def test_a_database_that_does_not_answer_is_named_in_one_line(tmp_path):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        port = closed.getsockname()[1]
+        done = run_launcher(tmp_path, DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/llmchat")
+    assert done.returncode == 1
+    assert "could not start: DATABASE_URL: cannot connect to the database (connection failed" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
 @pytest.mark.django_db
 def test_health_probes_while_not_ready_are_not_logged_as_errors(client, caplog):
     """/health is polled several times a second while the worker loads; each 503 is not an ERROR line."""
