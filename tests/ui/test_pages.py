@@ -144,3 +144,20 @@ def test_pages_forbid_scripts_from_anywhere_but_the_site(client):
     for path in ("/", f"/c/{uuid.uuid4()}", "/signup/", "/login/"):
         policy = client.get(path)["Content-Security-Policy"]
         assert "script-src 'self'" in policy and "object-src 'none'" in policy, path
+
+
+def test_unknown_pages_get_the_sites_own_not_found_page(client):
+    """Not Django's bare page: the site's look, sized for a phone, and a way back to the chat."""
+    response = client.get("/no-such-page")
+    html = response.content.decode()
+    assert response.status_code == 404
+    assert 'name="viewport"' in html and "/static/css/app.css" in html
+    assert "Page not found" in html and 'href="/"' in html
+
+
+def test_the_server_error_page_renders_without_a_request_context():
+    """Django renders 500.html with no context; it must not fail itself."""
+    from django.template import loader
+
+    html = loader.get_template("500.html").render()
+    assert "Something went wrong" in html and "/static/css/app.css" in html
