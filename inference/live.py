@@ -10,6 +10,9 @@ import time
 from dataclasses import dataclass, field
 
 FINAL_STATE_BY_REASON = {"abort": "stopped", "error": "failed"}  # any other finish reason: "done"
+# A model can write U+0000 (a byte-fallback token for byte 0, say), which PostgreSQL text cannot hold: the
+# checkpoint would fail. It is shown as U+FFFD instead, in the stream and the stored text alike.
+NUL, NUL_SHOWN_AS = "\x00", "\ufffd"
 
 
 @dataclass
@@ -39,7 +42,7 @@ class LiveGeneration:
         """Folds one engine step output (see the engine's public interface) into this state."""
         if self.finished:
             return
-        delta = out.delta_text or ""
+        delta = (out.delta_text or "").replace(NUL, NUL_SHOWN_AS)
         if self.first_token_mono is None and (delta or out.new_token_ids):
             self.first_token_mono = time.monotonic()
             self.first_token_epoch = time.time()

@@ -37,3 +37,11 @@ def test_finish_reasons_map_to_states_and_later_outputs_are_ignored():
     failed = LiveGeneration(generation_id="g", group="x", created_at_epoch=0.0)
     failed.apply_output(_out("", finished=True, reason="error", error="CUDA out of memory"))
     assert failed.error == "CUDA out of memory"
+
+
+def test_a_nul_the_model_writes_is_kept_as_a_replacement_character():
+    # PostgreSQL text cannot hold U+0000 (the checkpoint of such text failed); stream and row show U+FFFD.
+    live = LiveGeneration(generation_id="g", group="x", created_at_epoch=0.0)
+    live.apply_output(_out("a\x00b"))
+    live.apply_output(_out("\x00", finished=True, reason="stop", tokens=2))
+    assert live.text == "a\ufffdb\ufffd" and live.pending_text == live.text
