@@ -172,7 +172,12 @@ def start_redis(data_dir: Path, *, log_dir: Path | None = None, timeout: float =
     sock = data_dir / "redis.sock"
     if len(str(sock)) > 100:
         raise LaunchError(f"the Redis socket path is too long for a unix socket: {sock}")
-    sock.unlink(missing_ok=True)
+    if _redis_answers(sock):
+        raise LaunchError(
+            f"a Redis already answers on {sock}: another run uses this var/ folder; stop it first"
+            " (or give this one its own CHAT_VAR_DIR)"
+        )
+    sock.unlink(missing_ok=True)  # a stale socket file from a run that was killed
     argv = [
         redis_server_binary(),
         "--port", "0",

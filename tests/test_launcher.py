@@ -92,6 +92,22 @@ def test_a_database_that_does_not_answer_is_named_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr + done.stdout
 
 
+def test_a_second_run_on_the_same_var_folder_leaves_the_first_ones_redis_alone(tmp_path):
+    """It used to unlink the running Redis's socket and start its own there (both runs then broke)."""
+    from chatapp.launcher import LaunchError, _redis_answers, start_redis
+
+    first, _ = start_redis(tmp_path / "redis")
+    try:
+        with pytest.raises(LaunchError, match="another run uses this var/ folder"):
+            start_redis(tmp_path / "redis")
+        assert _redis_answers(tmp_path / "redis" / "redis.sock")
+    finally:
+        first.stop()
+    (tmp_path / "redis" / "redis.sock").touch()  # a stale socket file left by a killed run is no obstacle
+    second, _ = start_redis(tmp_path / "redis")
+    second.stop()
+
+
 @pytest.mark.django_db
 def test_health_probes_while_not_ready_are_not_logged_as_errors(client, caplog):
     """/health is polled several times a second while the worker loads; each 503 is not an ERROR line."""
