@@ -30,6 +30,18 @@ class Frame:
     request_id: str | None
 
 
+def has_nul(value: Any) -> bool:
+    """Whether a parsed JSON value holds U+0000 in any string: PostgreSQL text cannot store it, so it is refused
+    at the door rather than failing a write later."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_nul(v) for v in value)
+    return False
+
+
 def request_id_of(data: Any) -> str | None:
     """The frame's request_id when it is a valid one (so even a refused frame's error can echo it)."""
     if isinstance(data, dict):
@@ -51,6 +63,8 @@ def parse_frame(text: str | None) -> Frame:
         raise BadJson("the frame is not valid JSON") from None
     if not isinstance(data, dict):
         raise BadJson("a frame must be a JSON object")
+    if has_nul(data):
+        raise BadField("text must not contain the NUL character (U+0000)")
     if "request_id" in data and request_id_of(data) is None:
         raise BadField(f"request_id must be a string of 1..{REQUEST_ID_MAX} characters", field="request_id")
     kind = data.get("type")

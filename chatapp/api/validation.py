@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from chatapp.frames import has_nul
+
 from .errors import ApiError, bad_param
 from .sampling import sampling_kwargs
 
@@ -41,6 +43,8 @@ def parse_json_object(raw: bytes) -> dict:
         raise ApiError(400, "The body is nested too deeply.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "The body must be a JSON object.", code="invalid_json")
+    if has_nul(body):
+        raise ApiError(400, "Strings must not contain the NUL character (U+0000).", code="invalid_json")
     return body
 
 

@@ -140,7 +140,17 @@ def test_bad_field_is_a_400_naming_it(body, param):
     assert body["type"] == "invalid_request_error" and body["param"] == param and body["message"]
 
 
-@pytest.mark.parametrize("raw", [b"{", b"[1, 2]", b"\xff\xfe", b'"text"', b"[" * 100_000 + b"]" * 100_000])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{",
+        b"[1, 2]",
+        b"\xff\xfe",
+        b'"text"',
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"messages": [{"role": "user", "content": "a\\u0000b"}]}',  # PostgreSQL text cannot hold U+0000
+    ],
+)
 def test_body_must_be_a_json_object(raw):
     with pytest.raises(ApiError) as info:
         parse_json_object(raw)

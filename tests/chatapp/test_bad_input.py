@@ -36,6 +36,8 @@ CASES = [
     (json.dumps({"type": "send", "conversation_id": None}), "bad_field", "content"),
     (json.dumps({"type": "send", "content": "hi"}), "bad_field", "conversation_id"),
     (_send(content=5), "bad_field", "content"),
+    (_send(content="a\x00b"), "bad_field", None),  # PostgreSQL text cannot hold U+0000
+    (_send(system_prompt="\x00"), "bad_field", None),
     (_send(content=""), "bad_field", "content"),
     (_send(content=" \n\t "), "bad_field", "content"),
     (_send(content="x" * (MAX_CHARS + 1)), "too_long", "content"),
