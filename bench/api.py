@@ -149,9 +149,10 @@ def load_engine(model_dir: Path, max_num_seqs: int, input_tokens: int):
 
 
 # --- where the CPU goes ------------------------------------------------------------------------------------------
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a running process (Linux /proc), all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time of a running process (Linux /proc), all its threads or just `thread`."""
+    stat = Path(f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -164,6 +165,10 @@ def cpu_snapshot(stack) -> dict[str, float]:
     for child in stack.children:
         if child.alive():
             snap[child.name] = cpu_seconds(child.process.pid)
+            if (
+                child.name == "worker"
+            ):  # its main thread runs the asyncio loop: Redis, events, flush scheduling
+                snap["worker I/O loop"] = cpu_seconds(child.process.pid, child.process.pid)
     return snap
 
 
