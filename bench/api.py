@@ -165,9 +165,8 @@ def cpu_snapshot(stack) -> dict[str, float]:
     for child in stack.children:
         if child.alive():
             snap[child.name] = cpu_seconds(child.process.pid)
-            if (
-                child.name == "worker"
-            ):  # its main thread runs the asyncio loop: Redis, events, flush scheduling
+            # the worker's main thread runs its asyncio loop: Redis sends, events, flush scheduling
+            if child.name == "worker":
                 snap["worker I/O loop"] = cpu_seconds(child.process.pid, child.process.pid)
     return snap
 
