@@ -304,7 +304,7 @@ class InferenceWorker:
         result = await database_sync_to_async(services.generation_checkpoint)(
             worker=self.row, checkpoints=checkpoints, active_ids=active
         )
-        finished_ids = []
+        finished_ids, sends = [], []
         for live, seq, length, pending, finished in deltas:
             gid = uuid.UUID(live.generation_id)
             if gid in result.lost:  # someone else failed it (expired lease): stop and say nothing more
@@ -313,11 +313,14 @@ class InferenceWorker:
                 continue
             live.seq, live.sent_len, live.last_flush = seq, length, now
             if pending:
-                await self._send(live.group, messages.delta_event(gid, seq, pending))
+                sends.append(self._send(live.group, messages.delta_event(gid, seq, pending)))
             if finished:
                 live.done_sent = True
                 self.live.pop(live.generation_id, None)
                 finished_ids.append(gid)
+        # One delta per generation per flush, so sending them concurrently keeps each stream in order while
+        # the Redis round trips overlap instead of queueing one behind another.
+        await asyncio.gather(*sends)
         for gid in result.cancel:
             self._cancel(str(gid))
         if finished_ids:
