@@ -186,6 +186,14 @@ def _queue_answer(*, user, conversation: Conversation) -> tuple[Generation, Mess
     return generation, assistant
 
 
+def _owned_conversation(*, user, conversation_id) -> Conversation:
+    """The user's conversation, or NotFound (also for another user's id, so nothing reveals it exists)."""
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
+    if conversation is None:
+        raise NotFound("conversation", field="conversation_id")
+    return conversation
+
+
 def chat_send(
     *,
     user,
@@ -209,9 +217,7 @@ def chat_send(
             )
             changed = True
         else:
-            conversation = conversation_get(user=user, conversation_id=conversation_id)
-            if conversation is None:
-                raise NotFound("conversation", field="conversation_id")
+            conversation = _owned_conversation(user=user, conversation_id=conversation_id)
             changed = _apply_settings(conversation=conversation, system_prompt=system_prompt, params=params)
         user_message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, content=content
@@ -230,9 +236,7 @@ def chat_send(
 def chat_regenerate(*, user, conversation_id) -> ChatResult:
     """Replaces the conversation's last answer by a new one made from the same history."""
     with transaction.atomic():
-        conversation = conversation_get(user=user, conversation_id=conversation_id)
-        if conversation is None:
-            raise NotFound("conversation", field="conversation_id")
+        conversation = _owned_conversation(user=user, conversation_id=conversation_id)
         last = conversation.messages.select_related("generation").order_by("-created_at", "-id").first()
         if last is None:
             raise BadField("the conversation has no message to answer", field="conversation_id")
@@ -272,9 +276,7 @@ def conversation_settings_update(*, user, conversation_id, system_prompt=None, p
     system_prompt = validate_system_prompt(system_prompt)
     params = validate_params(params, max_tokens_limit=current_model().max_tokens_limit)
     with transaction.atomic():
-        conversation = conversation_get(user=user, conversation_id=conversation_id)
-        if conversation is None:
-            raise NotFound("conversation", field="conversation_id")
+        conversation = _owned_conversation(user=user, conversation_id=conversation_id)
         _apply_settings(conversation=conversation, system_prompt=system_prompt, params=params)
         return conversation
 
@@ -282,9 +284,7 @@ def conversation_settings_update(*, user, conversation_id, system_prompt=None, p
 def conversation_rename(*, user, conversation_id, title) -> Conversation:
     title = validate_title(title)
     with transaction.atomic():
-        conversation = conversation_get(user=user, conversation_id=conversation_id)
-        if conversation is None:
-            raise NotFound("conversation", field="conversation_id")
+        conversation = _owned_conversation(user=user, conversation_id=conversation_id)
         conversation.title = title
         conversation.save(update_fields=["title", "updated_at"])
         return conversation
@@ -293,9 +293,7 @@ def conversation_rename(*, user, conversation_id, title) -> Conversation:
 def conversation_delete(*, user, conversation_id) -> list[tuple[uuid.UUID, str]]:
     """Deletes a conversation after stopping its answers; returns (generation id, worker channel) to cancel."""
     with transaction.atomic():
-        conversation = conversation_get(user=user, conversation_id=conversation_id)
-        if conversation is None:
-            raise NotFound("conversation", field="conversation_id")
+        conversation = _owned_conversation(user=user, conversation_id=conversation_id)
         to_cancel = []
         for generation in conversation.generations.filter(state__in=Generation.ACTIVE_STATES):
             _row, channel = generation_cancel(user=user, generation_id=generation.id)
