@@ -217,10 +217,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         )
         if owned is None:
             raise NotFound("generation", field="generation_id")
-        if owned.conversation_id:
+        if owned.conversation_id:  # an API request's answer streams over its HTTP response: a snapshot only
             await self._follow(str(owned.conversation_id))
-        else:
-            await self._follow_group(messages.generation_group(owned.id), None)
         # Read after joining the group: every delta past this snapshot's seq will reach us.
         generation = await database_sync_to_async(selectors.generation_get)(
             user=self.user, generation_id=generation_id

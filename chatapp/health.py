@@ -15,7 +15,9 @@ from chatapp.selectors import workers_alive
 async def _redis_ok() -> tuple[bool, str]:
     layer = get_channel_layer()
     try:
-        name = await asyncio.wait_for(layer.new_channel(prefix="health"), timeout=2)
+        # The default prefix: channels_redis has one receive lock per process, and its holder pops only its own
+        # prefix's Redis key, so a channel of another prefix waits behind the consumers' and the API relay's.
+        name = await asyncio.wait_for(layer.new_channel(), timeout=2)
         await asyncio.wait_for(layer.send(name, {"type": "health.ping"}), timeout=2)
         await asyncio.wait_for(layer.receive(name), timeout=2)
     except Exception as exc:  # any failure to reach Redis is the answer, not a crash

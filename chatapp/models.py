@@ -97,6 +97,9 @@ class Generation(models.Model):
     worker = models.ForeignKey(
         Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="generations"
     )
+    # API requests: the relay channel of the web process streaming the answer (chatapp.api.relay); chat answers
+    # go to their conversation's group instead.
+    reply_channel = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     prompt_tokens = models.IntegerField(null=True, blank=True)

@@ -120,9 +120,10 @@ def queued_generations(*, model: str, limit: int) -> list[tuple[uuid.UUID, uuid.
     return list(rows)
 
 
-def generations_data(*, ids) -> dict[uuid.UUID, tuple[str, dict]]:
-    """(source, protocol generation object) for these ids (any user: for the worker's `done` events)."""
+def generations_data(*, ids) -> dict[uuid.UUID, tuple[str, str, dict]]:
+    """(source, reply channel, protocol generation object) for these ids (any user: for the worker's `done`
+    events)."""
     from chatapp.serializers import generation_data
 
     rows = Generation.objects.filter(id__in=list(ids)).select_related("message")
-    return {row.id: (row.source, generation_data(row)) for row in rows}
+    return {row.id: (row.source, row.reply_channel, generation_data(row)) for row in rows}

@@ -83,6 +83,7 @@ def generation_create(
     source: str = Generation.Source.CHAT,
     conversation: Conversation | None = None,
     api_key=None,
+    reply_channel: str = "",
 ) -> Generation:
     """Queues one answer after the limits and the context check; `params` are SamplingParams kwargs.
 
@@ -110,6 +111,7 @@ def generation_create(
         state=State.QUEUED,
         prompt=prompt,
         params=params,
+        reply_channel=reply_channel,
     )
 
 

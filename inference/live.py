@@ -20,8 +20,9 @@ class LiveGeneration:
     """What the worker knows about one generation it is writing."""
 
     generation_id: str
-    group: str
+    group: str | None  # a chat answer's conversation group, where its events go
     created_at_epoch: float  # the row's created_at, for time to first token as the user sees it
+    reply_channel: str = ""  # an API request's: the relay channel of the web process streaming it
     text: str = ""
     seq: int = 0
     sent_len: int = 0  # characters of `text` already checkpointed and sent

@@ -3,8 +3,11 @@
 Two directions:
 - web -> workers: a *nudge* (group WORKERS_GROUP: "there may be queued rows, look") and a *cancel* (sent to the
   channel of the worker that holds the generation). Both only wake the worker; the database row is the truth.
-- worker -> clients: protocol events (docs/protocol.md, server -> client) wrapped as {"type": "chat.event",
-  "event": {...}} and sent to a conversation's group (chat) or a generation's group (API).
+- worker -> chat sockets: protocol events (docs/protocol.md, server -> client) wrapped as {"type": "chat.event",
+  "event": {...}} and sent to a conversation's group.
+- worker -> API requests: one *relay batch* per flush per web process, sent to the relay channel of the process that
+  holds the HTTP requests (chatapp.api.relay), which hands each event to its request's follower. One Redis message
+  per flush instead of one per stream is what keeps the web path cheap at many concurrent requests.
 
 Imports neither torch nor Django models, so either side can use it.
 """
@@ -33,9 +36,7 @@ def conversation_group(conversation_id: uuid.UUID | str) -> str:
     return f"chat-conv-{_hex(conversation_id)}"
 
 
-def generation_group(generation_id: uuid.UUID | str) -> str:
-    """The group an API request listens on for one generation's events."""
-    return f"chat-gen-{_hex(generation_id)}"
+RELAY_BATCH_TYPE = "api.relay"
 
 
 # --- web -> worker ----------------------------------------------------------------------------------------------
@@ -104,3 +105,50 @@ def delta_event(generation_id: uuid.UUID | str, seq: int, text: str) -> dict[str
 def done_event(generation: dict[str, Any]) -> dict[str, Any]:
     """`generation` is the protocol's generation object (chatapp.serializers.generation_data)."""
     return {"type": "done", "generation": generation}
+
+
+# --- worker -> a web process's API relay ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RelayEvent:
+    """One generation's news in a relay batch: its next delta (`seq`, `text`), or that it ended (`done`)."""
+
+    generation_id: str
+    seq: int = 0
+    text: str = ""
+    done: bool = False
+
+
+def relay_delta(generation_id: uuid.UUID | str, seq: int, text: str) -> dict[str, Any]:
+    return {"generation_id": str(generation_id), "seq": int(seq), "text": text}
+
+
+def relay_done(generation_id: uuid.UUID | str) -> dict[str, Any]:
+    """The row holds the final text, state and usage (checkpointed before this is sent)."""
+    return {"generation_id": str(generation_id), "done": True}
+
+
+def relay_batch(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": RELAY_BATCH_TYPE, "events": events}
+
+
+def parse_relay_batch(message: dict[str, Any]) -> list[RelayEvent]:
+    """The events of a relay batch; raises MessageFormatError when the message or any event is malformed."""
+    events = message.get("events") if isinstance(message, dict) else None
+    if message.get("type") != RELAY_BATCH_TYPE or not isinstance(events, list):
+        raise MessageFormatError("not an api.relay batch")
+    parsed = []
+    for raw in events:
+        if not isinstance(raw, dict):
+            raise MessageFormatError(f"a relay event must be an object, got {raw!r}")
+        try:
+            generation_id = str(uuid.UUID(str(raw.get("generation_id"))))
+        except ValueError:
+            raise MessageFormatError(f"a relay event needs a uuid generation_id, got {raw!r}") from None
+        if raw.get("done") is True:
+            parsed.append(RelayEvent(generation_id, done=True))
+            continue
+        seq, text = raw.get("seq"), raw.get("text")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1 or not isinstance(text, str):
+            raise MessageFormatError(f"a relay delta needs seq >= 1 and text, got {raw!r}")
+        parsed.append(RelayEvent(generation_id, seq=seq, text=text))
+    return parsed

@@ -7,7 +7,8 @@ its own thread (inference.stepper). Concurrent tasks:
   claim the oldest queued rows that fit (capacity minus running), add them to the engine, send `started` and new
   queue positions.
 - flush: coalesces each generation's new text (first text at once, then at most one delta per flush interval),
-  checkpoints every due generation in one transaction, and only then sends the deltas and `done` events.
+  checkpoints every due generation in one transaction, and only then sends the deltas and `done` events: a chat
+  answer's to its conversation's group, API requests' as one relay batch per web process (chatapp.api.relay).
 - heartbeat: renews this worker's row and the leases of its running generations every lease/3 seconds.
 The database is the truth; a lost nudge is found by the sweep, a lost cancel by the flag read at each checkpoint.
 """
@@ -241,10 +242,14 @@ class InferenceWorker:
     async def _start(self, row: Generation) -> None:
         gid = str(row.id)
         live = LiveGeneration(
-            generation_id=gid, group=_group_for(row), created_at_epoch=row.created_at.timestamp()
+            generation_id=gid,
+            group=_group_for(row.conversation_id, row.source),
+            created_at_epoch=row.created_at.timestamp(),
+            reply_channel=row.reply_channel,
         )
         self.live[gid] = live
-        await self._send(live.group, messages.started_event(gid))
+        if live.group:  # an API client has nothing to show for `started`
+            await self._send(live.group, messages.started_event(gid))
         try:
             self.engine.add_request(
                 gid, params=_sampling_params(row.params), user_id=str(row.user_id), **row.prompt
@@ -260,8 +265,8 @@ class InferenceWorker:
         positions: dict[uuid.UUID, int] = {}
         for position, (gid, conversation_id, source) in enumerate(queued, start=1):
             positions[gid] = position
-            if self._positions_sent.get(gid) != position:
-                group = _group_for_ids(gid, conversation_id, source)
+            group = _group_for(conversation_id, source)
+            if group and self._positions_sent.get(gid) != position:
                 await self._send(group, messages.queued_event(gid, position))
         self._positions_sent = positions
 
@@ -305,6 +310,7 @@ class InferenceWorker:
             worker=self.row, checkpoints=checkpoints, active_ids=active
         )
         finished_ids, sends = [], []
+        relay_batches: dict[str, list[dict]] = {}
         for live, seq, length, pending, finished in deltas:
             gid = uuid.UUID(live.generation_id)
             if gid in result.lost:  # someone else failed it (expired lease): stop and say nothing more
@@ -312,19 +318,28 @@ class InferenceWorker:
                 self.live.pop(live.generation_id, None)
                 continue
             live.seq, live.sent_len, live.last_flush = seq, length, now
-            if pending:
+            if live.reply_channel:  # an API request: its events go in its web process's batch
+                batch = relay_batches.setdefault(live.reply_channel, [])
+                if pending:
+                    batch.append(messages.relay_delta(gid, seq, pending))
+                if finished:
+                    batch.append(messages.relay_done(gid))  # the row already holds how it ended
+            elif pending and live.group:
                 sends.append(self._send(live.group, messages.delta_event(gid, seq, pending)))
             if finished:
                 live.done_sent = True
                 self.live.pop(live.generation_id, None)
-                finished_ids.append(gid)
-        # One delta per generation per flush, so sending them concurrently keeps each stream in order while
-        # the Redis round trips overlap instead of queueing one behind another.
+                if not live.reply_channel:
+                    finished_ids.append(gid)
+        sends.extend(self._send_relay(channel, events) for channel, events in relay_batches.items())
+        # One message per stream or web process per flush, so sending them concurrently keeps each stream in
+        # order while the Redis round trips overlap instead of queueing one behind another.
         await asyncio.gather(*sends)
         for gid in result.cancel:
             self._cancel(str(gid))
         if finished_ids:
             await self._send_done_events(finished_ids)
+        if any(finished for *_, finished in deltas):
             self._claim_wakeup.set()  # slots freed
 
     # --- heartbeat -------------------------------------------------------------------------------------------
@@ -346,16 +361,23 @@ class InferenceWorker:
 
     # --- sending ---------------------------------------------------------------------------------------------
     async def _send_done_events(self, ids: Iterable[uuid.UUID]) -> None:
+        """`done` for generations that ended outside a flush's checkpoint, or for chat answers (which carry the
+        final generation object, read from their rows)."""
         ids = list(ids)
         if not ids:
             return
         data = await database_sync_to_async(selectors.generations_data)(ids=ids)
+        relay_batches: dict[str, list[dict]] = {}
         for gid in ids:
             if gid not in data:
                 continue
-            source, generation = data[gid]
-            group = _group_for_ids(gid, generation["conversation_id"], source)
-            await self._send(group, messages.done_event(generation))
+            source, reply_channel, generation = data[gid]
+            if reply_channel:
+                relay_batches.setdefault(reply_channel, []).append(messages.relay_done(gid))
+            elif group := _group_for(generation["conversation_id"], source):
+                await self._send(group, messages.done_event(generation))
+        for channel, events in relay_batches.items():
+            await self._send_relay(channel, events)
 
     async def _send(self, group: str, event: dict) -> None:
         """Sends one event to a group; Redis trouble costs the event (clients resync from the row), not the job."""
@@ -368,6 +390,19 @@ class InferenceWorker:
         except Exception:
             log.warning("could not send a %s event to %s", event.get("type"), group, exc_info=True)
 
+    async def _send_relay(self, channel: str, events: list[dict]) -> None:
+        """Sends a web process its API requests' events of this flush in one message (same failure rule)."""
+        if not events:
+            return
+        try:
+            await self.layer.send(channel, messages.relay_batch(events))
+        except ChannelFull:  # that process is gone or stuck; its followers read their rows
+            log.warning("relay channel full: dropped %d events for %s", len(events), channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("could not send %d events to %s", len(events), channel, exc_info=True)
+
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
     """Waits until `event` is set or `timeout` passes, then clears it."""
@@ -376,14 +411,11 @@ async def _wait(event: asyncio.Event, timeout: float) -> None:
     event.clear()
 
 
-def _group_for_ids(generation_id, conversation_id, source) -> str:
+def _group_for(conversation_id, source) -> str | None:
+    """A chat answer's events go to its conversation's group; an API request's to its relay channel instead."""
     if conversation_id and source != Generation.Source.API:
         return messages.conversation_group(conversation_id)
-    return messages.generation_group(generation_id)
-
-
-def _group_for(row: Generation) -> str:
-    return _group_for_ids(row.id, row.conversation_id, row.source)
+    return None
 
 
 def _sampling_params(params: dict):

@@ -81,9 +81,12 @@ def _as_api_error(exc: errors.ApplicationError, prompt_param: str) -> ApiError:
 
 
 def generation_submit(
-    *, api_key: ApiKey, request: CompletionRequest, info: ModelInfo | None = None
+    *, api_key: ApiKey, request: CompletionRequest, info: ModelInfo | None = None, reply_channel: str = ""
 ) -> Generation:
-    """Writes the queued row for this request, or raises ApiError; the caller nudges the workers afterwards."""
+    """Writes the queued row for this request, or raises ApiError; the caller nudges the workers afterwards.
+
+    `reply_channel` is the relay channel of the web process that streams the answer (chatapp.api.relay).
+    """
     info = served_model(request.model, info or current_model())
     prompt = _prompt_of(request)
     params = _params(request, prompt, info)
@@ -107,6 +110,7 @@ def generation_submit(
                 params=params,
                 source=Generation.Source.API,
                 api_key=api_key,
+                reply_channel=reply_channel,
             )
     except errors.ApplicationError as exc:
         raise _as_api_error(exc, "messages" if request.kind == "chat" else "prompt") from None

@@ -14,6 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from chatapp.api import config, stream
 from chatapp.api.errors import ApiError, error_response
 from chatapp.api.keys import api_key_authenticate
+from chatapp.api.relay import get_relay
 from chatapp.api.shapes import Envelope
 from chatapp.api.submit import generation_submit, model_id
 from chatapp.api.validation import CompletionRequest, parse_json_object, parse_request
@@ -63,20 +64,24 @@ def _method_not_allowed(allowed: str) -> HttpResponse:
     return response
 
 
-def _accept(request: HttpRequest, kind: str) -> tuple[ApiKey, CompletionRequest, Generation]:
+def _accept(
+    request: HttpRequest, kind: str, reply_channel: str
+) -> tuple[ApiKey, CompletionRequest, Generation]:
     """Key, body, parameters and the queued row, in one trip to the database thread (each trip costs a hop)."""
     api_key = _authenticate(request)
     body = _read_body(request)
     info = current_model()
     parsed = parse_request(body, kind, max_allowed_tokens=info.max_tokens_limit)
-    return api_key, parsed, generation_submit(api_key=api_key, request=parsed, info=info)
+    row = generation_submit(api_key=api_key, request=parsed, info=info, reply_channel=reply_channel)
+    return api_key, parsed, row
 
 
 async def _completion(request: HttpRequest, kind: str) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
     try:
-        api_key, parsed, generation = await database_sync_to_async(_accept)(request, kind)
+        reply_channel = await get_relay().channel_name()
+        api_key, parsed, generation = await database_sync_to_async(_accept)(request, kind, reply_channel)
     except ApiError as err:
         return error_response(err)
     await nudge_workers()

@@ -234,3 +234,13 @@ def test_a_non_stream_client_that_leaves_cancels_too(api, chat_stack):
             "the answer to be written",
         )
     assert final_row(row.id).state == "stopped"
+
+
+def test_health_still_answers_while_the_api_relay_listens(api, chat_stack):
+    """The relay keeps a receive open on Daphne's channel layer for as long as the process lives; /health's own
+    receive must not wait behind it (channels_redis serves one prefix at a time: a second one once starved)."""
+    from chatapp.launcher import _health
+
+    client_for(api).completions.create(model=api.model, prompt="Hi", max_tokens=4)
+    report = _health(chat_stack.url)  # None when it took over its 2 s budget
+    assert report is not None and report["redis"] == {"ok": True}, report

@@ -1,5 +1,6 @@
-"""GenerationFollower against a real Redis and database: deltas in order, a lost delta or a lost `done` made good
-from the row. The test plays the worker's part through the worker's own services and message formats."""
+"""GenerationFollower and the process's relay against a real Redis and database: deltas in order, a lost delta or a
+lost `done` made good from the row, one batch feeding several requests. The test plays the worker's part through the
+worker's own services and message formats."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.contrib.auth import get_user_model
 
 from chatapp import services
 from chatapp.api.follow import GenerationFollower
+from chatapp.api.relay import get_relay
 from chatapp.models import Generation
 from inference import messages
 
@@ -24,7 +26,7 @@ class WorkerPart:
     """Checkpoints then sends, in that order, as inference.worker does."""
 
     def __init__(self) -> None:
-        user = get_user_model().objects.create_user("follower")
+        self.user = get_user_model().objects.create_user("follower")
         self.worker = services.worker_register(
             channel_name="test!",
             hostname="test",
@@ -34,14 +36,18 @@ class WorkerPart:
             max_context=2048,
             capacity=4,
         )
-        self.row = Generation.objects.create(
-            user=user, source="api", model="m", prompt={"prompt": "x"}, params={"max_tokens": 8}
-        )
-        assert services.generation_claim(worker=self.worker, limit=1)[0].id == self.row.id
+        self.row = self.add_row()
 
-    def checkpoint(self, text: str, seq: int, final: bool = False) -> None:
+    def add_row(self) -> Generation:
+        row = Generation.objects.create(
+            user=self.user, source="api", model="m", prompt={"prompt": "x"}, params={"max_tokens": 8}
+        )
+        assert services.generation_claim(worker=self.worker, limit=1)[0].id == row.id
+        return row
+
+    def checkpoint(self, text: str, seq: int, final: bool = False, row: Generation | None = None) -> None:
         cp = services.Checkpoint(
-            generation_id=self.row.id,
+            generation_id=(row or self.row).id,
             text=text,
             seq=seq,
             final_state="done" if final else None,
@@ -51,10 +57,10 @@ class WorkerPart:
         services.generation_checkpoint(worker=self.worker, checkpoints=[cp], active_ids=[])
 
 
-async def send(generation_id: uuid.UUID, event: dict) -> None:
-    await get_channel_layer().group_send(
-        messages.generation_group(generation_id), messages.client_event(event)
-    )
+async def send(*events: dict) -> None:
+    """One relay batch to this process's relay channel, as the worker sends it after a flush."""
+    channel = await get_relay().channel_name()
+    await get_channel_layer().send(channel, messages.relay_batch(list(events)))
 
 
 async def follow(generation_id, started: asyncio.Event, **options) -> tuple[list[str], GenerationFollower]:
@@ -77,14 +83,13 @@ async def test_a_lost_delta_is_taken_from_the_row(part):
     await asyncio.wait_for(started.wait(), WAIT_S)
     checkpoint = sync_to_async(part.checkpoint)
     await checkpoint("Hello", 1)
-    await send(gid, messages.delta_event(gid, 1, "Hello"))
-    await send(gid, messages.delta_event(gid, 1, "Hello"))  # a duplicate is ignored
+    await send(messages.relay_delta(gid, 1, "Hello"))
+    await send(messages.relay_delta(gid, 1, "Hello"))  # a duplicate is ignored
     await checkpoint("Hello wor", 2)  # its delta is lost in Redis
     await checkpoint("Hello world", 3)
-    await send(gid, messages.delta_event(gid, 3, "ld"))  # the gap is seen here
+    await send(messages.relay_delta(gid, 3, "ld"))  # the gap is seen here
     await checkpoint("Hello world!", 4, final=True)
-    await send(gid, messages.delta_event(gid, 4, "!"))
-    await send(gid, messages.done_event({"id": str(gid)}))
+    await send(messages.relay_delta(gid, 4, "!"), messages.relay_done(gid))
     pieces, follower = await asyncio.wait_for(task, WAIT_S)
     # The row may already hold more than the gap (the follower reads it when it notices): either way, exactly once.
     assert pieces[0] == "Hello" and "".join(pieces) == "Hello world!" and follower.resyncs == 1
@@ -107,10 +112,76 @@ async def test_text_written_before_subscribing_comes_from_the_row(part):
     await asyncio.wait_for(started.wait(), WAIT_S)
     await asyncio.sleep(0)  # let the follower read the row
     await sync_to_async(part.checkpoint)("Early bird", 2, final=True)
-    await send(gid, messages.delta_event(gid, 2, " bird"))
-    await send(gid, messages.done_event({"id": str(gid)}))
+    await send(messages.relay_delta(gid, 2, " bird"), messages.relay_done(gid))
     pieces, _ = await asyncio.wait_for(task, WAIT_S)
     assert "".join(pieces) == "Early bird"
+
+
+async def test_one_batch_feeds_each_request_its_own_events(part):
+    first, second = part.row, await sync_to_async(part.add_row)()
+    started_a, started_b = asyncio.Event(), asyncio.Event()
+    task_a = asyncio.ensure_future(follow(first.id, started_a, poll_seconds=30))
+    task_b = asyncio.ensure_future(follow(second.id, started_b, poll_seconds=30))
+    await asyncio.wait_for(asyncio.gather(started_a.wait(), started_b.wait()), WAIT_S)
+    await asyncio.sleep(0.1)  # let both read their (empty) rows
+    checkpoint = sync_to_async(part.checkpoint)
+    await checkpoint("one", 1, row=first)
+    await checkpoint("two", 1, row=second)
+    # An event for a request this process does not hold is dropped; the others arrive in order.
+    await send(
+        messages.relay_delta(first.id, 1, "one"),
+        messages.relay_delta(uuid.uuid4(), 1, "nobody's"),
+        messages.relay_delta(second.id, 1, "two"),
+    )
+    await checkpoint("one!", 2, final=True, row=first)
+    await checkpoint("two?", 2, final=True, row=second)
+    await send(
+        messages.relay_delta(second.id, 2, "?"),
+        messages.relay_delta(first.id, 2, "!"),
+        messages.relay_done(first.id),
+        messages.relay_done(second.id),
+    )
+    (pieces_a, follower_a), (pieces_b, follower_b) = await asyncio.wait_for(
+        asyncio.gather(task_a, task_b), WAIT_S
+    )
+    assert pieces_a == ["one", "!"] and pieces_b == ["two", "?"]
+    assert follower_a.resyncs == follower_b.resyncs == 0
+
+
+async def test_a_malformed_batch_is_skipped_and_the_relay_goes_on(part):
+    gid, started = part.row.id, asyncio.Event()
+    task = asyncio.ensure_future(follow(gid, started, poll_seconds=30))
+    await asyncio.wait_for(started.wait(), WAIT_S)
+    channel = await get_relay().channel_name()
+    layer = get_channel_layer()
+    await layer.send(
+        channel, {"type": "api.relay", "events": [{"generation_id": "x", "seq": 1, "text": "a"}]}
+    )
+    await layer.send(channel, {"type": "something.else"})
+    await sync_to_async(part.checkpoint)("fine", 1, final=True)
+    await send(messages.relay_delta(gid, 1, "fine"), messages.relay_done(gid))
+    pieces, follower = await asyncio.wait_for(task, WAIT_S)
+    assert pieces == ["fine"] and follower.resyncs == 0
+
+
+def test_relay_batches_are_validated():
+    gid = uuid.uuid4()
+    batch = messages.relay_batch([messages.relay_delta(gid, 3, "hi"), messages.relay_done(gid)])
+    assert messages.parse_relay_batch(batch) == [
+        messages.RelayEvent(str(gid), seq=3, text="hi"),
+        messages.RelayEvent(str(gid), done=True),
+    ]
+    for bad in (
+        {"type": "chat.event", "events": []},
+        {"type": "api.relay", "events": "no"},
+        messages.relay_batch(["no"]),
+        messages.relay_batch([{"generation_id": "nope", "seq": 1, "text": ""}]),
+        messages.relay_batch([{"generation_id": str(gid), "seq": 0, "text": ""}]),
+        messages.relay_batch([{"generation_id": str(gid), "seq": True, "text": ""}]),
+        messages.relay_batch([{"generation_id": str(gid), "seq": 1, "text": None}]),
+    ):
+        with pytest.raises(messages.MessageFormatError):
+            messages.parse_relay_batch(bad)
 
 
 def test_the_web_side_of_the_api_does_not_import_torch():
