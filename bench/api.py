@@ -11,6 +11,19 @@ Prints one table: time to first token, inter-token latency and output tokens/s a
 streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne) and as the engine itself sees
 them (the same closed loop of N concurrent requests calling LLMEngine.step() directly), and their ratio. Engine-alone
 and API rounds alternate (never at once) and each keeps its best round. A table of numbers, never a timed test.
+
+Then a second table, CPU seconds per 1,000 output tokens (Linux /proc, the last round of each level), to say where
+the web path's CPU goes beside the engine's:
+- engine alone (bench process): this process during its engine-only round (engine thread and torch's helpers).
+- worker engine: the worker process less its loop and DB threads: the engine thread ("engine-step") and everything
+  else, i.e. torch's helper threads (they inherit the name of the thread that started them) and threads already
+  ended. The same work as "engine alone", done inside the stack.
+- worker loop: the worker's main thread, its asyncio loop: Redis sends and receives, flush scheduling.
+- worker DB: the worker's threads named "worker-db": the one thread channels' database_sync_to_async runs on.
+- daphne, redis: those whole processes (redis only when the stack started its own).
+- web path: daphne + redis + worker loop + worker DB, what serving costs on top of the engine; then its ratio to
+  the engine alone and to the worker engine.
+- aiperf (client): the load tool's own CPU (finished child processes), which shares these cores with the stack.
 """
 
 from __future__ import annotations
@@ -156,19 +169,55 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def worker_cpu(pid: int) -> dict[str, float]:
+    """The worker's CPU seconds so far, by thread: its main thread (the asyncio loop), its threads named
+    "worker-db" (inference.threadnames), and the rest (the engine thread, torch's helpers, ended threads)."""
+    loop = db = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            seconds = cpu_seconds(pid, int(task.name))
+        except OSError:  # the thread ended meanwhile; the process total below still holds its time
+            continue
+        if int(task.name) == pid:
+            loop += seconds
+        elif name == "worker-db":
+            db += seconds
+    total = cpu_seconds(pid)  # read last, so it holds at least the threads read above
+    return {"worker loop": loop, "worker DB": db, "worker engine": total - loop - db}
+
+
 def cpu_snapshot(stack) -> dict[str, float]:
-    """CPU seconds so far of each stack process, and of finished children of this process (aiperf)."""
+    """CPU seconds so far of each stack process (the worker by thread), and of finished children of this process
+    (aiperf)."""
     import resource
 
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     snap = {"aiperf (client)": kids.ru_utime + kids.ru_stime}
     for child in stack.children:
         if child.alive():
-            snap[child.name] = cpu_seconds(child.process.pid)
-            # the worker's main thread runs its asyncio loop: Redis sends, events, flush scheduling
             if child.name == "worker":
-                snap["worker I/O loop"] = cpu_seconds(child.process.pid, child.process.pid)
+                snap |= worker_cpu(child.process.pid)
+            else:
+                snap[child.name] = cpu_seconds(child.process.pid)
     return snap
+
+
+WEB_PATH = ("daphne", "redis", "worker loop", "worker DB")
+
+
+def with_web_path(cpu: dict[str, float]) -> dict[str, float]:
+    """`cpu` (seconds per 1,000 tokens by name) in the table's order, with the web path's sum and its ratios."""
+    web = sum(cpu.get(name, 0.0) for name in WEB_PATH)
+    engine, worker_engine = cpu["engine alone (bench process)"], cpu.get("worker engine", float("nan"))
+    first = ["engine alone (bench process)", "worker engine", *WEB_PATH]
+    table = {name: cpu[name] for name in first if name in cpu}
+    table |= {
+        "web path": web,
+        "web / engine alone": web / engine if engine else float("nan"),
+        "web / worker engine": web / worker_engine if worker_engine else float("nan"),
+    }
+    return table | {name: value for name, value in cpu.items() if name not in table}  # aiperf (client) last
 
 
 def best(old: Figures | None, new: Figures) -> Figures:
@@ -334,6 +383,7 @@ def main() -> int:
                 cpu[c] |= {
                     k: (after_api[k] - v) * 1000 / tokens for k, v in before_api.items() if k in after_api
                 }
+                cpu[c] = with_web_path(cpu[c])
                 api[c] = best(api.get(c), run)
     finally:
         stack.stop()
@@ -347,7 +397,7 @@ def main() -> int:
         print(f"| {c} | {e.ttft_ms:.1f} / {a.ttft_ms:.1f} | {e.itl_ms:.2f} / {a.itl_ms:.2f} | "
               f"{e.tokens_per_s:.0f} / {a.tokens_per_s:.0f} | {a.tokens_per_s / e.tokens_per_s:.2f} |")  # fmt: skip
     names = list(cpu[levels[0]])
-    print("\nCPU seconds per 1,000 output tokens (last round of each level):\n")
+    print("\nCPU seconds per 1,000 output tokens (last round of each level; 'web /' columns: ratios):\n")
     print("| concurrent | " + " | ".join(names) + " |")
     print("|---:|" + "---:|" * len(names))
     for c in levels:

@@ -12,6 +12,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from inference.threadnames import set_native_thread_name
+
 log = logging.getLogger(__name__)
 
 
@@ -72,6 +74,8 @@ class EngineStepper:
         return False
 
     def _run(self) -> None:
+        # shown in `top -H`; torch's helper threads started from this thread inherit the name
+        set_native_thread_name("engine-step")
         while not self._stop.is_set():
             if not self._wait_for_work():
                 continue
