@@ -35,6 +35,7 @@ from chatapp.models import Generation, Worker
 from inference import messages
 from inference.live import LiveGeneration
 from inference.stepper import EngineStepper
+from inference.threadnames import set_native_thread_name
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 30.0  # longest wait for a loop to finish its current database call when stopping
@@ -90,6 +91,8 @@ class InferenceWorker:
 
     async def run(self) -> None:
         """Registers, serves until stop(), then fails what it was writing and deregisters."""
+        # The one thread database_sync_to_async uses, named for `top -H` and bench/api.py's CPU accounting.
+        await database_sync_to_async(set_native_thread_name)("worker-db")
         self.channel_name = await self.layer.new_channel(prefix=messages.WORKER_CHANNEL_PREFIX)
         await self.layer.group_add(messages.WORKERS_GROUP, self.channel_name)
         self.row = await database_sync_to_async(services.worker_register)(
