@@ -7,13 +7,16 @@ engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 conc
                                        # starts Redis + worker + Daphne, runs both
     .venv/bin/python bench/api.py --model demo   # the tiny demo model: a forward pass of 1-3 ms, so mostly I/O
 
-Prints one table: time to first token, inter-token latency and output tokens/s as a client sees them (aiperf,
-streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne) and as the engine itself sees
-them (the same closed loop of N concurrent requests calling LLMEngine.step() directly), and their ratio. Engine-alone
-and API rounds alternate (never at once) and each keeps its best round. A table of numbers, never a timed test.
+Prints one table: time to first token, inter-token latency and output tokens/s as the engine itself sees them (a
+closed loop of N concurrent requests calling LLMEngine.step() directly) and as two clients see them through the
+stack (streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne): aiperf, and this script's
+minimal asyncio client (`--client` picks), with the ratios to the engine. aiperf costs about as much CPU per token
+as the engine on a small machine, so on shared cores its ratio measures aiperf as much as the stack; the minimal
+client's ratio is what the web path costs. Engine-alone and API rounds alternate (never at once) and each keeps its
+best round. A table of numbers, never a timed test.
 
-Then a second table, CPU seconds per 1,000 output tokens (Linux /proc, the last round of each level), to say where
-the web path's CPU goes beside the engine's:
+Then a second table, CPU seconds per 1,000 output tokens (Linux /proc, the last round of each level and client), to
+say where the web path's CPU goes beside the engine's:
 - engine alone (bench process): this process during its engine-only round (engine thread and torch's helpers).
 - worker engine: the worker process less its loop and DB threads: the engine thread ("engine-step") and everything
   else, i.e. torch's helper threads (they inherit the name of the thread that started them) and threads already
@@ -23,7 +26,8 @@ the web path's CPU goes beside the engine's:
 - daphne, redis: those whole processes (redis only when the stack started its own).
 - web path: daphne + redis + worker loop + worker DB, what serving costs on top of the engine; then its ratio to
   the engine alone and to the worker engine.
-- aiperf (client): the load tool's own CPU (finished child processes), which shares these cores with the stack.
+- client: the load's own CPU (aiperf's finished child processes, or this process during the minimal client's
+  round), which shares these cores with the stack.
 """
 
 from __future__ import annotations
@@ -217,7 +221,7 @@ def with_web_path(cpu: dict[str, float]) -> dict[str, float]:
         "web / engine alone": web / engine if engine else float("nan"),
         "web / worker engine": web / worker_engine if worker_engine else float("nan"),
     }
-    return table | {name: value for name, value in cpu.items() if name not in table}  # aiperf (client) last
+    return table | {name: value for name, value in cpu.items() if name not in table}  # client last
 
 
 def best(old: Figures | None, new: Figures) -> Figures:
@@ -255,7 +259,8 @@ def aiperf_figures(
     env = {
         k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"
     }  # aiperf then fails on a local folder
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    # a stack that stops answering must end the benchmark, not hang it
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, timeout=600 + 10 * requests)
     export = next(artifacts.rglob("profile_export_aiperf.json"))
     return parse_aiperf(json.loads(export.read_text()))
 
@@ -273,6 +278,70 @@ def parse_aiperf(data: dict) -> Figures:
         tokens_per_s=metric("output_token_throughput", "avg"),
         requests=int(metric("request_count", "avg")),
     )
+
+
+# --- through the API, measured by a minimal client -------------------------------------------------------------
+def raw_client_figures(
+    url: str, key: str, model: str, prompts: list[str], concurrency: int, total: int, output_tokens: int
+) -> Figures:
+    """The same closed loop as engine_run, as streaming chat completions over plain asyncio sockets.
+
+    aiperf spends about as much CPU per token as the engine on these shared cores (see the CPU table), so its
+    throughput says as much about aiperf as about the stack. This client does almost nothing per chunk (no JSON
+    but the last usage chunk), so its figures show what the web path itself costs.
+    """
+    import asyncio
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port
+    ttft, itl, tokens = [], [], []
+    next_index = 0
+
+    async def one(index: int) -> None:
+        body = json.dumps({
+            "model": model, "messages": [{"role": "user", "content": prompts[index % len(prompts)]}],
+            "max_tokens": output_tokens, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True},
+        }).encode()  # fmt: skip
+        head = (
+            f"POST /v1/chat/completions HTTP/1.0\r\nHost: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        start = time.perf_counter()
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(head + body)
+        first, received = None, []
+        while chunk := await reader.read(65536):  # HTTP/1.0: the server closes the stream at its end
+            if first is None and b'"content":"' in chunk.replace(b'"content":""', b""):
+                first = time.perf_counter()
+            received.append(chunk)
+        end = time.perf_counter()
+        writer.close()
+        whole = b"".join(received)
+        if not whole.startswith(b"HTTP/1.") or b" 200 " not in whole.split(b"\r\n", 1)[0]:
+            raise RuntimeError(f"the stack answered {whole[:300]!r}")
+        usage = next(line for line in reversed(whole.split(b"\n")) if b'"usage":{' in line)
+        n = json.loads(usage.removeprefix(b"data: "))["usage"]["completion_tokens"]
+        tokens.append(n)
+        if first is not None:
+            ttft.append((first - start) * 1000)
+            if n > 1:
+                itl.append((end - first) * 1000 / (n - 1))
+
+    async def lane() -> None:
+        nonlocal next_index
+        while next_index < total:
+            index, next_index = next_index, next_index + 1
+            await one(index)
+
+    async def run() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+        return time.perf_counter() - start
+
+    wall = asyncio.run(run())
+    return Figures(statistics.median(ttft), statistics.median(itl), sum(tokens) / wall, len(tokens))
 
 
 # --- the stack ------------------------------------------------------------------------------------------------------
@@ -345,10 +414,16 @@ def main() -> int:
         metavar="NAME=VALUE",
         help="more settings for the stack's processes",
     )
+    parser.add_argument(
+        "--client",
+        choices=["both", "aiperf", "raw"],
+        default="both",
+        help="the load: aiperf, this script's minimal asyncio client, or both in turn (default)",
+    )
     parser.add_argument("--aiperf", default=str(ROOT / "var" / "aiperf-venv" / "bin" / "aiperf"))
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
-    if not Path(args.aiperf).exists():
+    if args.client != "raw" and not Path(args.aiperf).exists():
         print(f"aiperf not found at {args.aiperf}: python3 -m venv var/aiperf-venv && "
               "var/aiperf-venv/bin/pip install aiperf", file=sys.stderr)  # fmt: skip
         return 2
@@ -363,46 +438,68 @@ def main() -> int:
     extra_env = dict(item.split("=", 1) for item in args.env)
     stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)), args.database_url, extra_env)
     engine, prompts = load_engine(model_dir, max(32, max(levels)), args.input_tokens)
-    alone: dict[int, Figures] = {}
-    api: dict[int, Figures] = {}
-    cpu: dict[int, dict[str, float]] = {}  # CPU seconds per 1,000 output tokens, the last round of each level
+    clients = ["aiperf", "raw"] if args.client == "both" else [args.client]
+    figures: dict[str, dict[int, Figures]] = {name: {} for name in ["engine", *clients]}
+    cpu: dict[
+        tuple[str, int], dict[str, float]
+    ] = {}  # CPU s per 1,000 output tokens, last round of each level
     try:
         for round_no in range(args.rounds):
             for c in levels:
+                tokens = per_level(c) * args.output_tokens
                 before = time.process_time()
                 run = engine_run(engine, prompts, c, per_level(c), args.output_tokens)
-                tokens = per_level(c) * args.output_tokens
-                cpu[c] = {"engine alone (bench process)": (time.process_time() - before) * 1000 / tokens}
-                alone[c] = best(alone.get(c), run)
-                before_api = cpu_snapshot(stack)
-                run = aiperf_figures(
-                    args.aiperf, stack.url, key, model_dir.name, model_dir, c, per_level(c),
-                    args.input_tokens, args.output_tokens, work / "aiperf" / f"round{round_no}",
-                )  # fmt: skip
-                after_api = cpu_snapshot(stack)
-                cpu[c] |= {
-                    k: (after_api[k] - v) * 1000 / tokens for k, v in before_api.items() if k in after_api
-                }
-                cpu[c] = with_web_path(cpu[c])
-                api[c] = best(api.get(c), run)
+                engine_cpu = (time.process_time() - before) * 1000 / tokens
+                figures["engine"][c] = best(figures["engine"].get(c), run)
+                for client in clients:
+                    before_api, before_client = cpu_snapshot(stack), time.process_time()
+                    if client == "aiperf":
+                        run = aiperf_figures(
+                            args.aiperf, stack.url, key, model_dir.name, model_dir, c, per_level(c),
+                            args.input_tokens, args.output_tokens, work / "aiperf" / f"round{round_no}",
+                        )  # fmt: skip
+                    else:
+                        run = raw_client_figures(
+                            stack.url, key, model_dir.name, prompts, c, per_level(c), args.output_tokens
+                        )
+                    client_cpu = time.process_time() - before_client
+                    after_api = cpu_snapshot(stack)
+                    row = {
+                        k: (after_api[k] - v) * 1000 / tokens for k, v in before_api.items() if k in after_api
+                    }
+                    aiperf_cpu = row.pop("aiperf (client)", 0.0)
+                    row["client"] = aiperf_cpu if client == "aiperf" else client_cpu * 1000 / tokens
+                    cpu[(client, c)] = with_web_path({"engine alone (bench process)": engine_cpu, **row})
+                    figures[client][c] = best(figures[client].get(c), run)
     finally:
         stack.stop()
     print()
-    print(
-        "| concurrent | TTFT p50 ms (engine / API) | ITL p50 ms (engine / API) | output tok/s (engine / API) | API / engine tok/s |"
-    )
-    print("|---:|---:|---:|---:|---:|")
+    names = ["engine", *clients]
+    ratios = [f"{name} / engine tok/s" for name in clients]
+    print(f"| concurrent | TTFT p50 ms ({' / '.join(names)}) | ITL p50 ms ({' / '.join(names)}) | "
+          f"output tok/s ({' / '.join(names)}) | " + " | ".join(ratios) + " |")  # fmt: skip
+    print("|---:|---:|---:|---:|" + "---:|" * len(ratios))
     for c in levels:
-        e, a = alone[c], api[c]
-        print(f"| {c} | {e.ttft_ms:.1f} / {a.ttft_ms:.1f} | {e.itl_ms:.2f} / {a.itl_ms:.2f} | "
-              f"{e.tokens_per_s:.0f} / {a.tokens_per_s:.0f} | {a.tokens_per_s / e.tokens_per_s:.2f} |")  # fmt: skip
-    names = list(cpu[levels[0]])
+        runs = [figures[name][c] for name in names]
+        print(f"| {c} | " + " / ".join(f"{r.ttft_ms:.1f}" for r in runs)
+              + " | " + " / ".join(f"{r.itl_ms:.2f}" for r in runs)
+              + " | " + " / ".join(f"{r.tokens_per_s:.0f}" for r in runs)
+              + " | " + " | ".join(f"{figures[n][c].tokens_per_s / runs[0].tokens_per_s:.2f}" for n in clients)
+              + " |")  # fmt: skip
+    columns = list(next(iter(cpu.values())))
     print("\nCPU seconds per 1,000 output tokens (last round of each level; 'web /' columns: ratios):\n")
-    print("| concurrent | " + " | ".join(names) + " |")
-    print("|---:|" + "---:|" * len(names))
-    for c in levels:
-        print(f"| {c} | " + " | ".join(f"{cpu[c].get(n, float('nan')):.2f}" for n in names) + " |")
-    print(f"\n(aiperf artifacts: {work / 'aiperf'})")
+    print("| client | concurrent | " + " | ".join(columns) + " |")
+    print("|---|---:|" + "---:|" * len(columns))
+    for client in clients:
+        for c in levels:
+            values = cpu[(client, c)]
+            print(
+                f"| {client} | {c} | "
+                + " | ".join(f"{values.get(n, float('nan')):.2f}" for n in columns)
+                + " |"
+            )
+    if "aiperf" in clients:
+        print(f"\n(aiperf artifacts: {work / 'aiperf'})")
     return 0
 
 
