@@ -73,11 +73,11 @@ class GenerationFollower:
         self._events: asyncio.Queue[RelayEvent] | None = None
 
     async def __aenter__(self) -> GenerationFollower:
-        self._events = self._relay.subscribe(self.generation_id)
+        self._events = await self._relay.subscribe(self.generation_id)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        self._relay.unsubscribe(self.generation_id)
+        await self._relay.unsubscribe(self.generation_id)
 
     def _from_row(self, row: RowSnapshot) -> str:
         """The row's text past what was already yielded (the row holds every delta up to its seq)."""

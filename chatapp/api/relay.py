@@ -19,10 +19,17 @@ from inference import messages
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
+STOP_TYPE = "api.relay.stop"
+STOP_WAIT_SECONDS = 5.0
 
 
 class DeltaRelay:
-    """Receives relay batches on this process's channel and queues each event for its generation's follower."""
+    """Receives relay batches on this process's channel and queues each event for its generation's follower.
+
+    It receives only while some request follows a generation. A pending channels_redis receive must never be
+    cancelled (that was seen to leave it hanging, and with it a closing event loop), so when the last follower
+    leaves, the relay sends its own channel a stop message and its receive loop ends by itself.
+    """
 
     def __init__(self) -> None:
         self._layer = get_channel_layer()
@@ -31,26 +38,42 @@ class DeltaRelay:
         self._queues: dict[str, asyncio.Queue[messages.RelayEvent]] = {}
 
     async def channel_name(self) -> str:
-        """The channel workers send this process's API events to (the receive loop runs from the first call)."""
+        """The channel workers send this process's API events to."""
         if self._channel is None:
             # The default prefix, like the consumers' channels: channels_redis has one receive lock per process
             # and its holder pops only its own prefix's key, so a second prefix would starve the other receivers.
             self._channel = await self._layer.new_channel()
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._receive_loop(), name="api-relay")
         return self._channel
 
-    def subscribe(self, generation_id: uuid.UUID | str) -> asyncio.Queue[messages.RelayEvent]:
+    @property
+    def receiving(self) -> bool:
+        """True while the receive loop runs (while some request follows a generation, and a moment after)."""
+        return self._task is not None and not self._task.done()
+
+    async def subscribe(self, generation_id: uuid.UUID | str) -> asyncio.Queue[messages.RelayEvent]:
         """A queue of this generation's events from now on (earlier ones are in its row)."""
+        await self.channel_name()
         queue: asyncio.Queue[messages.RelayEvent] = asyncio.Queue()
         self._queues[str(generation_id)] = queue
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._receive_loop(), name="api-relay")
         return queue
 
-    def unsubscribe(self, generation_id: uuid.UUID | str) -> None:
+    async def unsubscribe(self, generation_id: uuid.UUID | str) -> None:
+        """Stops queueing this generation's events; the last one out ends the receive loop and waits for it."""
         self._queues.pop(str(generation_id), None)
+        task = self._task
+        if self._queues or task is None or task.done():
+            return
+        try:
+            await self._layer.send(self._channel, {"type": STOP_TYPE})
+        except Exception:  # Redis trouble: the loop is retrying and ends at its next turn without followers
+            log.warning("could not stop the relay's receive on %s", self._channel, exc_info=True)
+            return
+        await asyncio.wait({task}, timeout=STOP_WAIT_SECONDS)  # waits, never cancels
 
     async def _receive_loop(self) -> None:
-        while True:
+        while self._queues:
             try:
                 message = await self._layer.receive(self._channel)
             except asyncio.CancelledError:
@@ -59,6 +82,8 @@ class DeltaRelay:
                 log.warning("relay receive on %s failed; retrying", self._channel, exc_info=True)
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
+            if isinstance(message, dict) and message.get("type") == STOP_TYPE:
+                continue  # ends the loop unless a follower came meanwhile
             try:
                 events = messages.parse_relay_batch(message)
             except messages.MessageFormatError as exc:
@@ -66,7 +91,7 @@ class DeltaRelay:
                 continue
             for event in events:
                 queue = self._queues.get(event.generation_id)
-                if queue is not None:  # else its request ended (or is in another process's past): drop it
+                if queue is not None:  # else its request ended: drop it
                     queue.put_nowait(event)
 
 

@@ -146,6 +146,8 @@ async def test_one_batch_feeds_each_request_its_own_events(part):
     )
     assert pieces_a == ["one", "!"] and pieces_b == ["two", "?"]
     assert follower_a.resyncs == follower_b.resyncs == 0
+    # The last follower out ended the relay's receive: nothing is left pending on the channel layer.
+    assert not get_relay().receiving
 
 
 async def test_a_malformed_batch_is_skipped_and_the_relay_goes_on(part):
