@@ -416,35 +416,109 @@ STAT_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "tt
 
 
 def generation_checkpoint(*, worker: Worker, checkpoints: list[Checkpoint], active_ids) -> CheckpointResult:
-    """Saves a tick's progress of every generation in one transaction (before the deltas are sent)."""
-    result = CheckpointResult()
+    """Saves a tick's progress of every generation in one transaction (before the deltas are sent).
+
+    The worker calls this every engine step, so the rows are written with one executemany per column set rather
+    than one ORM update each. Each row's UPDATE still requires this worker's ownership and the running state;
+    when the total row count falls short (a lease expired, a row was taken away: rare), the transaction is
+    rolled back and done again row by row to learn which rows were lost.
+    """
     now = timezone.now()
+    try:
+        return _checkpoint(
+            worker=worker, checkpoints=checkpoints, active_ids=active_ids, now=now, batched=True
+        )
+    except _RowsLost:
+        return _checkpoint(
+            worker=worker, checkpoints=checkpoints, active_ids=active_ids, now=now, batched=False
+        )
+
+
+class _RowsLost(Exception):
+    """A batched checkpoint updated fewer rows than it was given."""
+
+
+def _checkpoint(*, worker: Worker, checkpoints, active_ids, now, batched: bool) -> CheckpointResult:
+    result = CheckpointResult()
     with transaction.atomic():
+        connection = transaction.get_connection()
+        groups: dict[tuple[str, ...], list[tuple[Checkpoint, list]]] = {}
         for cp in checkpoints:
-            values = {"text": cp.text, "seq": cp.seq}
-            values.update({k: v for k, v in cp.stats.items() if k in STAT_FIELDS})
-            if cp.final_state is not None:
-                values.update(
-                    state=cp.final_state,
-                    finish_reason=cp.finish_reason,
-                    error=cp.error,
-                    finished_at=now,
-                    lease_expires_at=None,
-                )
-            updated = Generation.objects.filter(
-                id=cp.generation_id, worker_id=worker.id, state=State.RUNNING
-            ).update(**values)
-            if not updated:
-                result.lost.add(cp.generation_id)
-            elif cp.final_state is not None:
+            values = _checkpoint_values(cp, now)
+            owned = {"id": cp.generation_id, "worker": worker.id, "state": State.RUNNING}  # _update_sql WHERE
+            params = [_db_value(connection, k, v) for k, v in (*values.items(), *owned.items())]
+            groups.setdefault(tuple(values), []).append((cp, params))
+        with connection.cursor() as cursor:
+            for names, rows in groups.items():
+                sql = _update_sql(connection, names)
+                if batched:
+                    cursor.executemany(sql, [params for _cp, params in rows])
+                    if cursor.rowcount != len(rows):  # sqlite3 and psycopg sum executemany's row counts
+                        raise _RowsLost  # leaves the atomic block, rolling back what this call wrote
+                    continue
+                for cp, params in rows:
+                    cursor.execute(sql, params)
+                    if not cursor.rowcount:
+                        result.lost.add(cp.generation_id)
+            result.cancel = _cancel_flags(connection, cursor, active_ids)
+        for cp in checkpoints:
+            if cp.final_state is not None and cp.generation_id not in result.lost:
                 _finish_message(generation_id=cp.generation_id, text=cp.text)
-        if active_ids:
-            result.cancel = set(
-                Generation.objects.filter(
-                    id__in=list(active_ids), cancel_requested=True, state=State.RUNNING
-                ).values_list("id", flat=True)
-            )
     return result
+
+
+def _checkpoint_values(cp: Checkpoint, now) -> dict:
+    """Field name -> value to write; the stats in STAT_FIELDS order, so equal key sets group together."""
+    values = {"text": cp.text, "seq": cp.seq}
+    values.update({k: cp.stats[k] for k in STAT_FIELDS if k in cp.stats})
+    if cp.final_state is not None:
+        values.update(
+            state=cp.final_state,
+            finish_reason=cp.finish_reason,
+            error=cp.error,
+            finished_at=now,
+            lease_expires_at=None,
+        )
+    return values
+
+
+def _update_sql(connection, names: tuple[str, ...]) -> str:
+    """UPDATE setting `names` on one generation row this worker owns and that is still running (the ORM's
+    query compilation cost more than the write, once per row per flush)."""
+    sets = ", ".join(f"{_column(connection, name)} = %s" for name in names)
+    where = " AND ".join(f"{_column(connection, name)} = %s" for name in ("id", "worker", "state"))
+    return f"UPDATE {_table(connection)} SET {sets} WHERE {where}"
+
+
+def _cancel_flags(connection, cursor, active_ids) -> set[uuid.UUID]:
+    """Which of the running `active_ids` have their cancel flag set."""
+    ids = [_db_value(connection, "id", i) for i in active_ids]
+    if not ids:
+        return set()
+    pk, flag, state = (_column(connection, name) for name in ("id", "cancel_requested", "state"))
+    cursor.execute(
+        f"SELECT {pk} FROM {_table(connection)} WHERE {flag} = %s AND {state} = %s "
+        f"AND {pk} IN ({', '.join(['%s'] * len(ids))})",
+        [
+            _db_value(connection, "cancel_requested", True),
+            _db_value(connection, "state", State.RUNNING),
+            *ids,
+        ],
+    )
+    return {Generation._meta.pk.to_python(value) for (value,) in cursor.fetchall()}
+
+
+def _table(connection) -> str:
+    return connection.ops.quote_name(Generation._meta.db_table)
+
+
+def _column(connection, name: str) -> str:
+    return connection.ops.quote_name(Generation._meta.get_field(name).column)
+
+
+def _db_value(connection, name: str, value):
+    """`value` adapted by the field as the ORM would (UUIDs, booleans and datetimes differ per backend)."""
+    return Generation._meta.get_field(name).get_db_prep_value(value, connection)
 
 
 def generation_expire_leases(*, model: str) -> list[Generation]:

@@ -92,8 +92,11 @@ TEMPLATES = [
 
 def _database() -> dict:
     url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")
+    # Persistent connections: the worker writes a checkpoint every engine step, and opening a connection for
+    # each call cost more than the writes. Health checks drop a connection the server closed meanwhile.
+    conn_max_age = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
     try:
-        config = dj_database_url.parse(url, conn_max_age=0)
+        config = dj_database_url.parse(url, conn_max_age=conn_max_age, conn_health_checks=True)
     except Exception as exc:  # dj_database_url raises several types for a bad URL
         raise ConfigError(f"DATABASE_URL is not a valid database URL ({exc}): {url!r}") from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
