@@ -214,7 +214,8 @@ def test_api_request_and_websocket_chat_decode_in_the_same_engine_steps(api, cha
         assert a_row.source == "api" and a_row.state == "running" and a_row.finished_at is None
         assert a_row.worker_id == b_row.worker_id is not None
         assert a_row.started_at < b_row.started_at < b_row.finished_at
-    assert final_row(a_id).state == "stopped"  # and the API client leaving stopped A
+    a_final = final_row(a_id)  # the API client leaving stopped A, unless A wrote all its tokens just before
+    assert a_final.state == "stopped" or (a_final.state == "done" and a_final.completion_tokens == 1800)
 
 
 def test_a_non_stream_client_that_leaves_cancels_too(api, chat_stack):
