@@ -1,16 +1,9 @@
-"""The worker's per-flush checkpoint: batched writes that keep each row's ownership check, on the real database.
-
-Also the persistent-connection setting the worker relies on (DATABASE_CONN_MAX_AGE).
-"""
+"""The worker's per-flush checkpoint: batched writes that keep each row's ownership check, on the real database."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -22,7 +15,6 @@ from chatapp import services
 from chatapp.models import Conversation, Generation, Message
 from chatapp.services import LEASE_EXPIRED_ERROR, Checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "checkpoint-test-model"
 STATS = {
     "prompt_tokens": 12,
@@ -227,23 +219,3 @@ def test_an_empty_flush_writes_nothing(running):
     worker, (g,) = running(1)
     assert checkpoint(worker, [], active_ids=[]) == services.CheckpointResult()
     assert row(g).seq == 0
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"), [(None, "60 True"), ("0", "0 True"), ("soon", None), ("-1", None)]
-)
-def test_database_conn_max_age_from_the_environment(tmp_path, value, expected):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DATABASE_CONN_MAX_AGE")}
-    env.update(CHAT_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="chatapp.settings")
-    if value is not None:
-        env["DATABASE_CONN_MAX_AGE"] = value
-    code = (
-        "import django; django.setup(); from django.conf import settings as s; "
-        "d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'])"
-    )
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
-    if expected is None:
-        assert done.returncode != 0 and "DATABASE_CONN_MAX_AGE must be an integer" in done.stderr
-    else:
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == expected

@@ -17,6 +17,14 @@ async def _queued_answer(chat, content="hello", params=None) -> dict:
     return (await chat.recv_until(lambda e: e["type"] == "generation"))[-1]["generation"]
 
 
+def _gone_worker(model: str, suffix: str):
+    """A worker row whose process is gone: it never renews a lease."""
+    return services.worker_register(
+        channel_name=f"inference-worker.gone!{suffix}", hostname="gone", pid=1, model=model, is_demo=True,
+        max_context=2048, capacity=1,
+    )  # fmt: skip
+
+
 async def test_lease_of_a_dead_worker_expires_and_the_answer_fails(
     worker_handle, chat_env, make_user, open_socket
 ):
@@ -26,10 +34,7 @@ async def test_lease_of_a_dead_worker_expires_and_the_answer_fails(
 
     @sync_to_async
     def dead_worker_takes_it():
-        dead = services.worker_register(
-            channel_name="inference-worker.gone!x", hostname="gone", pid=1, model=chat_env.LLM_MODEL, is_demo=True,
-            max_context=2048, capacity=1,
-        )  # fmt: skip
+        dead = _gone_worker(chat_env.LLM_MODEL, "x")
         (claimed,) = services.generation_claim(worker=dead, limit=1)
         cp = services.Checkpoint(generation_id=claimed.id, text="partial", seq=1)
         services.generation_checkpoint(worker=dead, checkpoints=[cp], active_ids=[claimed.id])
@@ -108,10 +113,7 @@ async def test_a_worker_expires_only_leases_of_its_own_model(chat_env, make_user
 
     @sync_to_async
     def dead_worker_takes_it_then_sweeps():
-        dead = services.worker_register(
-            channel_name="inference-worker.gone!y", hostname="gone", pid=1, model=chat_env.LLM_MODEL, is_demo=True,
-            max_context=2048, capacity=1,
-        )  # fmt: skip
+        dead = _gone_worker(chat_env.LLM_MODEL, "y")
         services.generation_claim(worker=dead, limit=1)
         by_others = services.generation_expire_leases(model=f"/elsewhere/{uuid.uuid4()}")
         by_its_own = services.generation_expire_leases(model=chat_env.LLM_MODEL)

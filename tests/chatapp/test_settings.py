@@ -98,3 +98,23 @@ def test_web_processes_never_import_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, "60 True"), ("0", "0 True"), ("soon", None), ("-1", None)]
+)
+def test_database_conn_max_age_from_the_environment(tmp_path, value, expected):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DATABASE_CONN_MAX_AGE")}
+    env.update(CHAT_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="chatapp.settings")
+    if value is not None:
+        env["DATABASE_CONN_MAX_AGE"] = value
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    if expected is None:
+        assert done.returncode != 0 and "DATABASE_CONN_MAX_AGE must be an integer" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected
