@@ -31,11 +31,13 @@ async def test_cancel_running_frees_the_slot_for_the_queued_answer(worker_handle
         == done["text"]
         == (await assistant_message(row.id)).content
     )
-    assert worker.engine.abort(gen_a["id"]) is False  # the engine no longer holds the request
 
     events_b = await chat_b.recv_until(is_done(gen_b["id"]))  # the freed slot went to bob
     assert "started" in [e["type"] for e in events_b]
     assert events_b[-1]["generation"]["state"] == "done"
+    # Asked for mid-step, the abort lands right after that step: by the end of bob's answer, which came from
+    # later steps, the engine must no longer hold alice's request.
+    assert worker.engine.abort(gen_a["id"]) is False
 
 
 async def test_cancel_queued_answer_stops_it_at_once(worker_handle, make_user, open_socket):
