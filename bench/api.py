@@ -12,8 +12,11 @@ closed loop of N concurrent requests calling LLMEngine.step() directly) and as t
 stack (streaming chat completions through Daphne -> Redis -> worker -> Redis -> Daphne): aiperf, and this script's
 minimal asyncio client (`--client` picks), with the ratios to the engine. aiperf costs about as much CPU per token
 as the engine on a small machine, so on shared cores its ratio measures aiperf as much as the stack; the minimal
-client's ratio is what the web path costs. Engine-alone and API rounds alternate (never at once) and each keeps its
-best round. A table of numbers, never a timed test.
+client's ratio is what the web path costs. Engine-alone and API runs alternate (never at once): each round runs the
+engine and every client once, engine first in even rounds and last in odd ones, so a slow drift of the shared machine's
+speed weighs on both sides alike. The table gives each figure's median over the rounds, and each ratio as the median
+of the rounds' own ratios (a run against the engine run beside it, never against one from minutes earlier).
+A table of numbers, never a timed test.
 
 Then a second table, CPU seconds per 1,000 output tokens (Linux /proc, the last round of each level and client), to
 say where the web path's CPU goes beside the engine's:
@@ -224,8 +227,19 @@ def with_web_path(cpu: dict[str, float]) -> dict[str, float]:
     return table | {name: value for name, value in cpu.items() if name not in table}  # client last
 
 
-def best(old: Figures | None, new: Figures) -> Figures:
-    return new if old is None or new.tokens_per_s > old.tokens_per_s else old
+def median_figures(runs: list[Figures]) -> Figures:
+    """Each figure's median over the rounds."""
+    return Figures(
+        ttft_ms=statistics.median(r.ttft_ms for r in runs),
+        itl_ms=statistics.median(r.itl_ms for r in runs),
+        tokens_per_s=statistics.median(r.tokens_per_s for r in runs),
+        requests=runs[0].requests,
+    )
+
+
+def median_ratio(runs: list[Figures], engine_runs: list[Figures]) -> float:
+    """The median over rounds of a client's throughput over the engine's in the same round."""
+    return statistics.median(r.tokens_per_s / e.tokens_per_s for r, e in zip(runs, engine_runs, strict=True))
 
 
 # --- through the API, measured by aiperf --------------------------------------------------------------------------
@@ -405,7 +419,7 @@ def main() -> int:
         "--rounds",
         type=int,
         default=2,
-        help="rounds per level, engine and API alternating (the best is kept)",
+        help="rounds per level, engine and clients alternating (medians reported)",
     )
     parser.add_argument(
         "--env",
@@ -439,21 +453,23 @@ def main() -> int:
     stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)), args.database_url, extra_env)
     engine, prompts = load_engine(model_dir, max(32, max(levels)), args.input_tokens)
     clients = ["aiperf", "raw"] if args.client == "both" else [args.client]
-    figures: dict[str, dict[int, Figures]] = {name: {} for name in ["engine", *clients]}
-    cpu: dict[
-        tuple[str, int], dict[str, float]
-    ] = {}  # CPU s per 1,000 output tokens, last round of each level
+    runs: dict[str, dict[int, list[Figures]]] = {
+        name: {c: [] for c in levels} for name in ["engine", *clients]
+    }
+    # CPU seconds per 1,000 output tokens, of the last round of each level
+    cpu: dict[tuple[str, int], dict[str, float]] = {}
+    engine_cpu: dict[int, float] = {}
     try:
         for round_no in range(args.rounds):
             for c in levels:
                 tokens = per_level(c) * args.output_tokens
-                before = time.process_time()
-                run = engine_run(engine, prompts, c, per_level(c), args.output_tokens)
-                engine_cpu = (time.process_time() - before) * 1000 / tokens
-                figures["engine"][c] = best(figures["engine"].get(c), run)
-                for client in clients:
-                    before_api, before_client = cpu_snapshot(stack), time.process_time()
-                    if client == "aiperf":
+                order = ["engine", *clients] if round_no % 2 == 0 else [*clients, "engine"]
+                client_cpu_rows: dict[str, dict[str, float]] = {}
+                for name in order:
+                    before_api, before_here = cpu_snapshot(stack), time.process_time()
+                    if name == "engine":
+                        run = engine_run(engine, prompts, c, per_level(c), args.output_tokens)
+                    elif name == "aiperf":
                         run = aiperf_figures(
                             args.aiperf, stack.url, key, model_dir.name, model_dir, c, per_level(c),
                             args.input_tokens, args.output_tokens, work / "aiperf" / f"round{round_no}",
@@ -462,17 +478,26 @@ def main() -> int:
                         run = raw_client_figures(
                             stack.url, key, model_dir.name, prompts, c, per_level(c), args.output_tokens
                         )
-                    client_cpu = time.process_time() - before_client
+                    here_cpu = (time.process_time() - before_here) * 1000 / tokens
+                    runs[name][c].append(run)
+                    if name == "engine":
+                        engine_cpu[c] = here_cpu
+                        continue
                     after_api = cpu_snapshot(stack)
                     row = {
                         k: (after_api[k] - v) * 1000 / tokens for k, v in before_api.items() if k in after_api
                     }
                     aiperf_cpu = row.pop("aiperf (client)", 0.0)
-                    row["client"] = aiperf_cpu if client == "aiperf" else client_cpu * 1000 / tokens
-                    cpu[(client, c)] = with_web_path({"engine alone (bench process)": engine_cpu, **row})
-                    figures[client][c] = best(figures[client].get(c), run)
+                    row["client"] = aiperf_cpu if name == "aiperf" else here_cpu
+                    client_cpu_rows[name] = row
+                for name, row in client_cpu_rows.items():
+                    cpu[(name, c)] = with_web_path({"engine alone (bench process)": engine_cpu[c], **row})
+                print(f"round {round_no + 1}, {c} concurrent: "
+                      + ", ".join(f"{n} {runs[n][c][-1].tokens_per_s:.0f} tok/s" for n in order),
+                      flush=True)  # fmt: skip
     finally:
         stack.stop()
+    figures = {name: {c: median_figures(runs[name][c]) for c in levels} for name in runs}
     print()
     names = ["engine", *clients]
     ratios = [f"{name} / engine tok/s" for name in clients]
@@ -480,11 +505,11 @@ def main() -> int:
           f"output tok/s ({' / '.join(names)}) | " + " | ".join(ratios) + " |")  # fmt: skip
     print("|---:|---:|---:|---:|" + "---:|" * len(ratios))
     for c in levels:
-        runs = [figures[name][c] for name in names]
-        print(f"| {c} | " + " / ".join(f"{r.ttft_ms:.1f}" for r in runs)
-              + " | " + " / ".join(f"{r.itl_ms:.2f}" for r in runs)
-              + " | " + " / ".join(f"{r.tokens_per_s:.0f}" for r in runs)
-              + " | " + " | ".join(f"{figures[n][c].tokens_per_s / runs[0].tokens_per_s:.2f}" for n in clients)
+        level = [figures[name][c] for name in names]
+        print(f"| {c} | " + " / ".join(f"{r.ttft_ms:.1f}" for r in level)
+              + " | " + " / ".join(f"{r.itl_ms:.2f}" for r in level)
+              + " | " + " / ".join(f"{r.tokens_per_s:.0f}" for r in level)
+              + " | " + " | ".join(f"{median_ratio(runs[n][c], runs['engine'][c]):.2f}" for n in clients)
               + " |")  # fmt: skip
     columns = list(next(iter(cpu.values())))
     print("\nCPU seconds per 1,000 output tokens (last round of each level; 'web /' columns: ratios):\n")
