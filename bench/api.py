@@ -6,6 +6,8 @@ engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 conc
     .venv/bin/python bench/api.py      # SmolLM2-135M shape (random bf16 weights, built once into var/bench-models/),
                                        # starts Redis + worker + Daphne, runs both
     .venv/bin/python bench/api.py --model demo   # the tiny demo model: a forward pass of 1-3 ms, so mostly I/O
+    .venv/bin/python bench/api.py --client raw --concurrency 16 --rounds 1 --profile 20
+                                       # and where the engine thread's time goes (py-spy: pip install py-spy)
 
 Prints one table: time to first token, inter-token latency and output tokens/s as the engine itself sees them (a
 closed loop of N concurrent requests calling LLMEngine.step() directly) and as two clients see them through the
@@ -49,6 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
+
+import thread_profile  # noqa: E402  (bench/, next to this file)
 
 
 @dataclass
@@ -358,6 +362,29 @@ def raw_client_figures(
     return Figures(statistics.median(ttft), statistics.median(itl), sum(tokens) / wall, len(tokens))
 
 
+# --- where the engine thread's time goes -----------------------------------------------------------------------
+def profile_engine_thread(
+    stack, engine, key: str, model: str, prompts: list[str], concurrency: int, total: int, args, out_dir: Path
+) -> dict[str, dict[str, float]]:
+    """py-spy on the engine alone (this process's main thread), then on the worker's engine thread under the raw
+    client; each load repeats until the sampling ends."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    worker_pid = next(child.process.pid for child in stack.children if child.name == "worker")
+    shares = {}
+    for label, pid, thread, load in [
+        ("engine alone", os.getpid(), "MainThread",
+         lambda: engine_run(engine, prompts, concurrency, total, args.output_tokens)),
+        ("worker, raw client", worker_pid, "engine-step",
+         lambda: raw_client_figures(stack.url, key, model, prompts, concurrency, total, args.output_tokens)),
+    ]:  # fmt: skip
+        raw = out_dir / f"{thread}.txt"
+        recorder = thread_profile.start_recording(pid, args.profile, raw)
+        while recorder.poll() is None:
+            load()
+        shares[label] = thread_profile.thread_shares(thread_profile.finish_recording(recorder, raw), thread)
+    return shares
+
+
 # --- the stack ------------------------------------------------------------------------------------------------------
 def ensure_database(url: str) -> None:
     """Creates a PostgreSQL database named in `url` when it does not exist yet (SQLite files make themselves)."""
@@ -435,6 +462,14 @@ def main() -> int:
         help="the load: aiperf, this script's minimal asyncio client, or both in turn (default)",
     )
     parser.add_argument("--aiperf", default=str(ROOT / "var" / "aiperf-venv" / "bin" / "aiperf"))
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="then sample the engine thread with py-spy for SECONDS, alone and in the worker under the raw client "
+        "at the highest level, and print where its time goes (bench/thread_profile.py)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
     if args.client != "raw" and not Path(args.aiperf).exists():
@@ -495,6 +530,11 @@ def main() -> int:
                 print(f"round {round_no + 1}, {c} concurrent: "
                       + ", ".join(f"{n} {runs[n][c][-1].tokens_per_s:.0f} tok/s" for n in order),
                       flush=True)  # fmt: skip
+        if args.profile:
+            c = max(levels)
+            shares = profile_engine_thread(
+                stack, engine, key, model_dir.name, prompts, c, per_level(c), args, work / "profile"
+            )
     finally:
         stack.stop()
     figures = {name: {c: median_figures(runs[name][c]) for c in levels} for name in runs}
@@ -523,6 +563,13 @@ def main() -> int:
                 + " | ".join(f"{values.get(n, float('nan')):.2f}" for n in columns)
                 + " |"
             )
+    if args.profile:
+        print(f"\nWhere the engine thread's time goes at {max(levels)} concurrent (py-spy samples, "
+              f"{args.profile} s each; raw stacks in {work / 'profile'}):\n")  # fmt: skip
+        print("| | " + " | ".join(shares) + " |")
+        print("|---|" + "---:|" * len(shares))
+        for category in thread_profile.CATEGORIES:
+            print(f"| {category} | " + " | ".join(f"{s[category]:.1%}" for s in shares.values()) + " |")
     if "aiperf" in clients:
         print(f"\n(aiperf artifacts: {work / 'aiperf'})")
     return 0
