@@ -175,6 +175,9 @@ WORKER_FLUSH_MS = env_int("WORKER_FLUSH_MS", 40, minimum=1, maximum=5000)
 WORKER_LEASE_SECONDS = env_float("WORKER_LEASE_SECONDS", 30.0, minimum=1.0, maximum=3600.0)
 WORKER_SWEEP_SECONDS = env_float("WORKER_SWEEP_SECONDS", 2.0, minimum=0.05, maximum=600.0)
 WORKER_CAPACITY = env_int("WORKER_CAPACITY", 0, minimum=0)  # 0: the engine's max_num_seqs
+# The engine steps in a child process of the worker, so it never waits for the GIL behind the worker's I/O.
+# False: in a thread of the worker (one process less; the step then slows under load, see the README).
+WORKER_ENGINE_PROCESS = env_bool("WORKER_ENGINE_PROCESS", True)
 
 LOGGING = {
     "version": 1,

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from inference.engine_process import EngineDied
 from inference.threadnames import set_native_thread_name
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ class EngineStepper:
                 continue
             try:
                 outputs = self._engine.step()
+            except EngineDied as exc:  # an engine process that ended: nothing more will come
+                log.error("%s", exc)
+                self._post(self._on_step_error, exc)
+                return
             except (
                 Exception
             ) as exc:  # the engine ends a failing step's requests itself; this is the last resort

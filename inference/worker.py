@@ -1,7 +1,8 @@
 """The inference worker: claims queued Generation rows, drives one LLMEngine, streams deltas over Redis.
 
 One asyncio loop does all I/O (Redis channel layer, database through `database_sync_to_async`); the engine steps in
-its own thread (inference.stepper). Concurrent tasks:
+a process of its own (inference.engine_process; in tests, a thread), and a thread (inference.stepper) hands its
+outputs to the loop. Concurrent tasks:
 - receive: the worker's own channel gets nudges (via WORKERS_GROUP) and cancels; they only wake things up.
 - claim: on a nudge, a freed slot or every sweep interval: fail expired leases (any worker's, of this model),
   claim the oldest queued rows that fit (capacity minus running), add them to the engine, send `started` and new
@@ -33,6 +34,7 @@ from django.conf import settings
 from chatapp import selectors, services
 from chatapp.models import Generation, Worker
 from inference import messages
+from inference.engine_process import EngineDied, refusal
 from inference.live import LiveGeneration
 from inference.stepper import EngineStepper
 from inference.threadnames import set_native_thread_name
@@ -43,7 +45,8 @@ STEPPER_JOIN_S = 30.0  # longest wait for the engine thread to finish its curren
 
 
 class InferenceWorker:
-    """Serves queued generations with `engine` (an inference.engine.LLMEngine) until `stop()`."""
+    """Serves queued generations with `engine` until `stop()`: an inference.engine_process.EngineProcess, or an
+    inference.engine.LLMEngine stepped in a thread of this process (tests share one that way)."""
 
     def __init__(
         self,
@@ -81,6 +84,7 @@ class InferenceWorker:
         self._flush_wakeup = asyncio.Event()
         self._positions_sent: dict[uuid.UUID, int] = {}
         self._stepper: EngineStepper | None = None
+        self.engine_failure: BaseException | None = None  # set when the engine process died under this worker
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -173,13 +177,18 @@ class InferenceWorker:
         self._flush_wakeup.set()
 
     def _on_step_error(self, exc: BaseException) -> None:
+        died = isinstance(exc, EngineDied)
         for live in self.live.values():
             if not live.finished:
-                self._abort_in_engine(live.generation_id)
+                if not died:
+                    self._abort_in_engine(live.generation_id)
                 live.finish(
                     "error", error=f"The model failed while writing this answer ({type(exc).__name__})."
                 )
         self._flush_wakeup.set()
+        if died:  # no engine, no work: the answers above get their checkpoint as the worker stops
+            self.engine_failure = exc
+            self.stop()
 
     def _abort_in_engine(self, request_id: str) -> None:
         try:
@@ -258,7 +267,7 @@ class InferenceWorker:
                 gid, params=_sampling_params(row.params), user_id=str(row.user_id), **row.prompt
             )
         except (ValueError, TypeError) as exc:  # the engine's own validation: the backstop for context length
-            live.finish("error", error=f"The request was refused by the model: {exc}")
+            live.apply_output(refusal(gid, exc))  # (an engine process sends the same as an output instead)
             self._flush_wakeup.set()
 
     async def _send_positions(self) -> None:

@@ -37,9 +37,8 @@ def model_flags(model: str) -> tuple[bool, int | None]:
 
 
 def build_engine(model: str):
-    """The LLMEngine for `model` with the engine options from settings (torch is imported only here)."""
-    from inference.engine import LLMEngine
-
+    """The engine for `model` with the options from settings: in a child process (WORKER_ENGINE_PROCESS, the
+    default; torch is imported only there) or an LLMEngine in this process."""
     options = {
         "dtype": settings.LLM_DTYPE,
         "device": settings.LLM_DEVICE,
@@ -47,6 +46,12 @@ def build_engine(model: str):
     }
     if settings.LLM_KV_CACHE_MB:
         options["kv_cache_memory"] = settings.LLM_KV_CACHE_MB * 1024 * 1024
+    if settings.WORKER_ENGINE_PROCESS:
+        from inference.engine_process import EngineProcess
+
+        return EngineProcess(model, **options)
+    from inference.engine import LLMEngine
+
     return LLMEngine(model, **options)
 
 
@@ -73,16 +78,30 @@ class Command(BaseCommand):
         if settings.LLM_MODEL_IS_DEMO:
             ensure_demo_model(Path(model))
         is_demo, config_context = model_flags(model)
-        try:
-            engine = build_engine(model)
-        except (ValueError, OSError) as exc:
-            raise CommandError(f"cannot load model {model!r}: {exc}") from exc
         capacity = options["capacity"] or settings.WORKER_CAPACITY or settings.LLM_MAX_NUM_SEQS
         if capacity < 1:
             raise CommandError("--capacity must be >= 1")
-        asyncio.run(self._serve(engine, model, is_demo, engine_max_context(engine, config_context), capacity))
+        from inference.engine_process import EngineStartError
 
-    async def _serve(self, engine, model: str, is_demo: bool, max_context: int, capacity: int) -> None:
+        try:
+            engine = build_engine(model)
+        except EngineStartError as exc:
+            raise CommandError(str(exc)) from exc
+        except (ValueError, OSError) as exc:
+            raise CommandError(f"cannot load model {model!r}: {exc}") from exc
+        try:
+            failure = asyncio.run(
+                self._serve(engine, model, is_demo, engine_max_context(engine, config_context), capacity)
+            )
+        finally:
+            if hasattr(engine, "close"):
+                engine.close()
+        if failure is not None:  # exit non-zero, so a supervisor restarts the worker
+            raise CommandError(f"the worker stopped: {failure}")
+
+    async def _serve(
+        self, engine, model: str, is_demo: bool, max_context: int, capacity: int
+    ) -> BaseException | None:
         from inference.worker import InferenceWorker
 
         worker = InferenceWorker(
@@ -96,3 +115,4 @@ class Command(BaseCommand):
         )
         await worker.run()
         self.stdout.write("inference worker stopped")
+        return worker.engine_failure
