@@ -41,6 +41,7 @@ from inference.threadnames import set_native_thread_name
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 30.0  # longest wait for a loop to finish its current database call when stopping
+ENGINE_DIED_ERROR = "The model's process stopped while writing this answer; the answer was interrupted."
 STEPPER_JOIN_S = 30.0  # longest wait for the engine thread to finish its current step when stopping
 
 
@@ -182,9 +183,7 @@ class InferenceWorker:
             if not live.finished:
                 if not died:
                     self._abort_in_engine(live.generation_id)
-                live.finish(
-                    "error", error=f"The model failed while writing this answer ({type(exc).__name__})."
-                )
+                live.finish("error", error=ENGINE_DIED_ERROR if died else _step_error(exc))
         self._flush_wakeup.set()
         if died:  # no engine, no work: the answers above get their checkpoint as the worker stops
             self.engine_failure = exc
@@ -421,6 +420,10 @@ async def _wait(event: asyncio.Event, timeout: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(event.wait(), timeout=timeout)
     event.clear()
+
+
+def _step_error(exc: BaseException) -> str:
+    return f"The model failed while writing this answer ({type(exc).__name__})."
 
 
 def _group_for(conversation_id, source) -> str | None:
