@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ),
         ("WORKER_LEASE_SECONDS", "nan", "WORKER_LEASE_SECONDS must be a number in"),
         ("DEBUG", "maybe", "DEBUG must be a boolean"),
+        ("WORKER_ENGINE_PROCESS", "sometimes", "WORKER_ENGINE_PROCESS must be a boolean"),
         ("REDIS_URL", "localhost:6379", "REDIS_URL must be a redis://"),
         ("CSRF_TRUSTED_ORIGINS", "chat.example.com", "CSRF_TRUSTED_ORIGINS entries must start with http"),
         ("SECRET_KEY", "short", "SECRET_KEY must be at least 32 characters"),
