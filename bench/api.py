@@ -8,6 +8,8 @@ engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 conc
     .venv/bin/python bench/api.py --model demo   # the tiny demo model: a forward pass of 1-3 ms, so mostly I/O
     .venv/bin/python bench/api.py --client raw --concurrency 16 --rounds 1 --profile 20
                                        # and where the engine thread's time goes (py-spy: pip install py-spy)
+    .venv/bin/python bench/api.py --engine-thread   # the worker's engine in a thread of the worker process
+                                       # (WORKER_ENGINE_PROCESS=0, the old mode) instead of its own child process
 
 Prints one table: time to first token, inter-token latency and output tokens/s as the engine itself sees them (a
 closed loop of N concurrent requests calling LLMEngine.step() directly) and as two clients see them through the
@@ -23,10 +25,16 @@ A table of numbers, never a timed test.
 Then a second table, CPU seconds per 1,000 output tokens (Linux /proc, the last round of each level and client), to
 say where the web path's CPU goes beside the engine's:
 - engine alone (bench process): this process during its engine-only round (engine thread and torch's helpers).
-- worker engine: the worker process less its loop and DB threads: the engine thread ("engine-step") and everything
-  else, i.e. torch's helper threads (they inherit the name of the thread that started them) and threads already
-  ended. The same work as "engine alone", done inside the stack.
-- worker loop: the worker's main thread, its asyncio loop: Redis sends and receives, flush scheduling.
+- worker engine: the worker's engine child process (inference.engine_process, the default mode: the whole
+  process, its "engine-step" thread and torch's helpers), plus the worker process less its loop and DB threads:
+  there the thread named "engine-step" that reads the child's outputs from a pipe, and threads already ended.
+  With --engine-thread (no child) it is the worker process less its loop and DB threads: the engine thread
+  ("engine-step") and torch's helper threads (they inherit the name of the thread that started them). Either way
+  the same work as "engine alone", done inside the stack. multiprocessing's resource tracker, the other child a
+  "spawn" start leaves, sleeps on a pipe and is not counted. Left blank (nan) when the engine child could not be
+  read at both ends of a round.
+- worker loop: the worker's main thread, its asyncio loop: Redis sends and receives, flush scheduling, and (in
+  the default mode) sending commands to the engine child.
 - worker DB: the worker's threads named "worker-db": the one thread channels' database_sync_to_async runs on.
 - daphne, redis: those whole processes (redis only when the stack started its own).
 - web path: daphne + redis + worker loop + worker DB, what serving costs on top of the engine; then its ratio to
@@ -173,16 +181,53 @@ def load_engine(model_dir: Path, max_num_seqs: int, input_tokens: int):
 
 
 # --- where the CPU goes ------------------------------------------------------------------------------------------
+ENGINE_THREAD = "engine-step"  # inference.stepper's thread, and the engine child's (inference.engine_process)
+
+
 def cpu_seconds(pid: int, thread: int | None = None) -> float:
-    """User + system CPU time of a running process (Linux /proc), all its threads or just `thread`."""
+    """User + system CPU time of a running process (Linux /proc), all its threads or just `thread`. OSError when
+    it has ended (and been reaped)."""
     stat = Path(f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat")
     fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, from a scan of /proc/*/stat (/proc/<pid>/task/*/children would be
+    cheaper, but only kernels built with CONFIG_PROC_CHILDREN have it)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+        if ppid == pid:
+            children.append(int(entry.name))
+    return children
+
+
+def engine_process(worker_pid: int) -> int | None:
+    """The pid of the worker's engine child (inference.engine_process: a multiprocessing "spawn" child, its main
+    thread named "engine-step"), or None when the engine steps in a thread of the worker (WORKER_ENGINE_PROCESS=0)
+    or the worker has ended. multiprocessing's resource tracker, the other child a spawn start leaves, is not it."""
+    for pid in child_pids(worker_pid):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # ended meanwhile
+            continue
+        if comm == ENGINE_THREAD or b"--multiprocessing-fork" in argv:
+            return pid
+    return None
+
+
 def worker_cpu(pid: int) -> dict[str, float]:
-    """The worker's CPU seconds so far, by thread: its main thread (the asyncio loop), its threads named
-    "worker-db" (inference.threadnames), and the rest (the engine thread, torch's helpers, ended threads)."""
+    """The worker's CPU seconds so far: its main thread (the asyncio loop), its threads named "worker-db"
+    (inference.threadnames), and the engine: its child process when it has one, plus the rest of the worker (the
+    engine thread or the thread reading the child's outputs, torch's helpers, ended threads). Without "worker
+    engine" when the engine child ended between reads: better no figure than one less the child's seconds."""
     loop = db = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -195,22 +240,34 @@ def worker_cpu(pid: int) -> dict[str, float]:
         elif name == "worker-db":
             db += seconds
     total = cpu_seconds(pid)  # read last, so it holds at least the threads read above
-    return {"worker loop": loop, "worker DB": db, "worker engine": total - loop - db}
+    cpu = {"worker loop": loop, "worker DB": db}
+    engine = total - loop - db
+    child = engine_process(pid)
+    if child is not None:
+        try:
+            engine += cpu_seconds(child)
+        except OSError:
+            return cpu
+    return cpu | {"worker engine": engine}
 
 
 def cpu_snapshot(stack) -> dict[str, float]:
-    """CPU seconds so far of each stack process (the worker by thread), and of finished children of this process
-    (aiperf)."""
+    """CPU seconds so far of each stack process (the worker by thread, with its engine child), and of finished
+    children of this process (aiperf). A process that ended is left out (its rows then show nan), never an error."""
     import resource
 
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     snap = {"aiperf (client)": kids.ru_utime + kids.ru_stime}
     for child in stack.children:
-        if child.alive():
+        if not child.alive():
+            continue
+        try:
             if child.name == "worker":
                 snap |= worker_cpu(child.process.pid)
             else:
                 snap[child.name] = cpu_seconds(child.process.pid)
+        except OSError:  # it ended between alive() and the read
+            continue
     return snap
 
 
@@ -222,7 +279,8 @@ def with_web_path(cpu: dict[str, float]) -> dict[str, float]:
     web = sum(cpu.get(name, 0.0) for name in WEB_PATH)
     engine, worker_engine = cpu["engine alone (bench process)"], cpu.get("worker engine", float("nan"))
     first = ["engine alone (bench process)", "worker engine", *WEB_PATH]
-    table = {name: cpu[name] for name in first if name in cpu}
+    # "worker engine" stays a column when a round could not read it (its engine child ended): nan there
+    table = {name: cpu.get(name, float("nan")) for name in first if name in cpu or name == "worker engine"}
     table |= {
         "web path": web,
         "web / engine alone": web / engine if engine else float("nan"),
@@ -366,15 +424,20 @@ def raw_client_figures(
 def profile_engine_thread(
     stack, engine, key: str, model: str, prompts: list[str], concurrency: int, total: int, args, out_dir: Path
 ) -> dict[str, dict[str, float]]:
-    """py-spy on the engine alone (this process's main thread), then on the worker's engine thread under the raw
-    client; each load repeats until the sampling ends."""
+    """py-spy on the engine alone (this process's main thread), then on the stack's engine thread under the raw
+    client: the main thread ("engine-step") of the worker's engine child, or with --engine-thread (no child) the
+    worker's own "engine-step" thread. Each load repeats until the sampling ends."""
     out_dir.mkdir(parents=True, exist_ok=True)
     worker_pid = next(child.process.pid for child in stack.children if child.name == "worker")
+    child_pid = engine_process(worker_pid)
+    stack_pid, stack_label = (
+        (child_pid, "engine process, raw client") if child_pid else (worker_pid, "worker thread, raw client")
+    )
     shares = {}
     for label, pid, thread, load in [
         ("engine alone", os.getpid(), "MainThread",
          lambda: engine_run(engine, prompts, concurrency, total, args.output_tokens)),
-        ("worker, raw client", worker_pid, "engine-step",
+        (stack_label, stack_pid, ENGINE_THREAD,
          lambda: raw_client_figures(stack.url, key, model, prompts, concurrency, total, args.output_tokens)),
     ]:  # fmt: skip
         raw = out_dir / f"{thread}.txt"
@@ -467,8 +530,15 @@ def main() -> int:
         type=int,
         default=0,
         metavar="SECONDS",
-        help="then sample the engine thread with py-spy for SECONDS, alone and in the worker under the raw client "
-        "at the highest level, and print where its time goes (bench/thread_profile.py)",
+        help="then sample the engine thread with py-spy for SECONDS, alone and in the stack (the worker's engine "
+        "process, or its engine thread with --engine-thread) under the raw client at the highest level, and print "
+        "where its time goes (bench/thread_profile.py)",
+    )
+    parser.add_argument(
+        "--engine-thread",
+        action="store_true",
+        help="run the worker's engine in a thread of the worker process (WORKER_ENGINE_PROCESS=0, the old mode) "
+        "instead of its own child process (the default), to compare the two",
     )
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
@@ -485,7 +555,13 @@ def main() -> int:
     # The stack starts first and idles (a worker without requests only heartbeats) while the engine alone runs in
     # this process; engine and API rounds alternate, so both see the same spells of load from elsewhere.
     extra_env = dict(item.split("=", 1) for item in args.env)
+    if args.engine_thread:
+        extra_env["WORKER_ENGINE_PROCESS"] = "0"
     stack, key = start_stack(model_dir, work / "stack", max(32, max(levels)), args.database_url, extra_env)
+    worker_pid = next(child.process.pid for child in stack.children if child.name == "worker")
+    child_pid = engine_process(worker_pid)
+    print(f"worker {worker_pid}: its engine in "
+          + (f"a child process ({child_pid})" if child_pid else "a thread of the worker"), flush=True)  # fmt: skip
     engine, prompts = load_engine(model_dir, max(32, max(levels)), args.input_tokens)
     clients = ["aiperf", "raw"] if args.client == "both" else [args.client]
     runs: dict[str, dict[int, list[Figures]]] = {
