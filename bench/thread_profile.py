@@ -1,5 +1,5 @@
 """Where an engine thread's wall time goes, from py-spy's native stacks: kernels and Python, waits for torch's
-OpenMP helper threads, waits for the GIL, idle.
+OpenMP helper threads, waits for the GIL, sending outputs (the engine process), idle.
 
 bench/api.py --profile uses it to compare the engine alone (this process's main thread) with the engine thread inside
 the worker, under the same load: CPU seconds alone do not show time lost waiting on other threads or processes.
@@ -16,13 +16,14 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-KERNELS, OPENMP_WAIT, GIL_WAIT, IDLE = (
+KERNELS, OPENMP_WAIT, GIL_WAIT, SENDING, IDLE = (
     "kernels and Python",
     "waiting for OpenMP helpers",
     "waiting for the GIL",
+    "sending outputs to the worker",
     "idle (no work)",
 )
-CATEGORIES = (KERNELS, OPENMP_WAIT, GIL_WAIT, IDLE)
+CATEGORIES = (KERNELS, OPENMP_WAIT, GIL_WAIT, SENDING, IDLE)
 
 
 def py_spy() -> str:
@@ -57,6 +58,13 @@ def classify(frames: list[str]) -> str:
     near_leaf = " ".join(frames[-3:])
     if any("wait_for_work" in f for f in frames):
         return IDLE
+    # the engine process (inference.engine_process.serve): waiting on its commands pipe, or pickling and writing
+    # a step's outputs to the worker
+    if any(f.startswith("serve (inference/engine_process.py") for f in frames):
+        if any(f.startswith("_ConnectionBase.poll ") for f in frames):
+            return IDLE
+        if any(f.startswith("_ConnectionBase.send ") for f in frames):
+            return SENDING
     if "libgomp" in leaf:
         # the calling thread inside OpenMP's runtime: at a barrier, waiting for its helpers to finish their share
         return OPENMP_WAIT

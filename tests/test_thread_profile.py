@@ -27,6 +27,19 @@ IDLE = (
     "LLMEngine.wait_for_work (inference/engine/engine.py:181);Condition.wait (threading.py:324);"
     "pthread_cond_timedwait (libc.so.6)"
 )
+CHILD = (
+    "thread (16258): engine-step;0x7f818fa4524a (libc.so.6);<module> (<string>:1);"
+    "spawn_main (multiprocessing/spawn.py:122);BaseProcess.run (multiprocessing/process.py:108);"
+)
+CHILD_IDLE = (
+    f"{CHILD}serve (inference/engine_process.py:187);_ConnectionBase.poll (multiprocessing/connection.py:257);"
+    "Connection._poll (multiprocessing/connection.py:440);wait (multiprocessing/connection.py:947);poll (libc.so.6)"
+)
+CHILD_SEND = (
+    f"{CHILD}serve (inference/engine_process.py:206);_ConnectionBase.send (multiprocessing/connection.py:206);"
+    "Connection._send (multiprocessing/connection.py:384);os_write (libpython3.11.so.1.0);write (libc.so.6)"
+)
+CHILD_STEP = f"{CHILD}serve (inference/engine_process.py:199);LLMEngine.step (inference/engine/engine.py:187);mkl_blas_def_sgemm_kernel_0_zen (libtorch_cpu.so)"
 LOOP = (
     "thread (13449): MainThread;BaseEventLoop.run_forever (asyncio/base_events.py:607);epoll_wait (libc.so.6)"
 )
@@ -39,6 +52,9 @@ LOOP = (
         (OPENMP, thread_profile.OPENMP_WAIT),
         (GIL, thread_profile.GIL_WAIT),
         (IDLE, thread_profile.IDLE),
+        (CHILD_IDLE, thread_profile.IDLE),
+        (CHILD_SEND, thread_profile.SENDING),
+        (CHILD_STEP, thread_profile.KERNELS),
     ],
 )
 def test_each_kind_of_sample_lands_in_its_category(stack, category):
@@ -53,6 +69,7 @@ def test_shares_count_only_the_named_thread(tmp_path):
         thread_profile.KERNELS: 0.6,
         thread_profile.OPENMP_WAIT: 0.2,
         thread_profile.GIL_WAIT: 0.1,
+        thread_profile.SENDING: 0.0,
         thread_profile.IDLE: 0.1,
     }
 
