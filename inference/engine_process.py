@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -170,6 +171,8 @@ class EngineProcess:
 def serve(model: str, options: dict, commands, outputs) -> None:
     """The child's main: load the engine, say "ready" (or why not), then step while there is work and take
     commands between steps. Runs until "stop" or until the worker's end of the commands pipe closes."""
+    # Ctrl-C reaches the whole process group: the worker shuts down on it and then stops this child in turn
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.current_thread().name = ENGINE_THREAD_NAME
     set_native_thread_name(ENGINE_THREAD_NAME)
     try:

@@ -123,3 +123,11 @@ def test_the_child_ends_when_its_worker_goes_away(demo_model_dir):
         assert not engine.alive
     finally:
         engine.close()
+
+
+def test_ctrl_c_is_left_to_the_worker(engine_process):
+    """Ctrl-C in a terminal signals the whole process group; the worker shuts down and then stops the child."""
+    os.kill(engine_process.pid, signal.SIGINT)
+    engine_process.add_request("after-ctrl-c", "Hello", params=GREEDY)
+    assert collect(engine_process, {"after-ctrl-c"})["after-ctrl-c"][-1].finish_reason == "length"
+    assert engine_process.alive
