@@ -1,7 +1,7 @@
 """The engine in a process of its own, driven over two pipes: the worker's loop and the engine stop sharing a GIL.
 
 Run in a thread of the worker, the engine's step waited for the GIL behind the worker's asyncio loop and database
-thread (about 9% of its time at 16 streams on 2 cores, measured with `bench/api.py --profile`). Here the child
+thread (9 to 14% of its time at 16 streams on 2 cores, measured with `bench/api.py --profile`). Here the child
 process owns the engine; vLLM's engine core splits the same way. The worker talks to an `EngineProcess`, which
 offers what inference.stepper and the worker use of an LLMEngine:
 
@@ -30,9 +30,8 @@ from inference.threadnames import set_native_thread_name
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 600.0  # loading a large model from a slow disk takes minutes
 CHILD_IDLE_WAIT_S = 0.5  # how long the idle child blocks on its commands pipe before looking again
-ENGINE_THREAD_NAME = (
-    "engine-step"  # the child's stepping thread, as `top -H` and bench/api.py --profile see it
-)
+# the child's stepping thread, as `top -H` and bench/api.py --profile see it
+ENGINE_THREAD_NAME = "engine-step"
 
 
 class EngineStartError(RuntimeError):
@@ -122,8 +121,7 @@ class EngineProcess:
 
     def step(self) -> list[RequestOutput]:
         """The next batch of outputs the child sent; raises EngineDied when it has ended."""
-        message = self._receive(None)
-        kind, payload = message
+        kind, payload = self._receive(None)
         if kind == "outputs":
             return payload
         if kind == "step_error":
@@ -199,9 +197,8 @@ def serve(model: str, options: dict, commands, outputs) -> None:
         if engine.wait_for_work(0):
             try:
                 news.extend(engine.step())
-            except (
-                Exception
-            ) as exc:  # the engine ends a failing step's requests itself; this is the last resort
+            # the engine ends a failing step's requests itself; this is the last resort
+            except Exception as exc:
                 log.exception("engine step failed")
                 outputs.send(("step_error", f"{type(exc).__name__}: {exc}"))
         if news:

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from inference.engine_process import EngineDied
+from inference.engine_process import ENGINE_THREAD_NAME, EngineDied
 from inference.threadnames import set_native_thread_name
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class EngineStepper:
         self._on_step_error = on_step_error
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="engine-step", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=ENGINE_THREAD_NAME, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -76,7 +76,7 @@ class EngineStepper:
 
     def _run(self) -> None:
         # shown in `top -H`; torch's helper threads started from this thread inherit the name
-        set_native_thread_name("engine-step")
+        set_native_thread_name(ENGINE_THREAD_NAME)
         while not self._stop.is_set():
             if not self._wait_for_work():
                 continue
@@ -86,9 +86,8 @@ class EngineStepper:
                 log.error("%s", exc)
                 self._post(self._on_step_error, exc)
                 return
-            except (
-                Exception
-            ) as exc:  # the engine ends a failing step's requests itself; this is the last resort
+            # the engine ends a failing step's requests itself; this is the last resort
+            except Exception as exc:
                 log.exception("engine step failed")
                 self._post(self._on_step_error, exc)
                 self._stop.wait(0.1)

@@ -2,8 +2,8 @@
 
 Model and engine options come from settings (LLM_MODEL, LLM_DTYPE, LLM_DEVICE, LLM_MAX_NUM_SEQS, LLM_KV_CACHE_MB,
 WORKER_CAPACITY, WORKER_ENGINE_PROCESS); with LLM_MODEL unset the demo model is built under var/ first. The engine
-runs in a child process unless WORKER_ENGINE_PROCESS is off; if that process dies, the worker exits non-zero. SIGINT/SIGTERM stop it cleanly:
-the answers it was writing turn failed with a message, so none stays "running".
+runs in a child process unless WORKER_ENGINE_PROCESS is off; if that process dies, the worker exits non-zero.
+SIGINT/SIGTERM stop it cleanly: the answers it was writing turn failed with a message, so none stays "running".
 """
 
 from __future__ import annotations
