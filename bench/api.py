@@ -1,9 +1,9 @@
 """End-to-end API benchmark: a third-party OpenAI load tool (NVIDIA aiperf) against the running stack, beside the
 engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 concurrent requests.
 
-    python3 -m venv var/aiperf-venv && var/aiperf-venv/bin/pip install aiperf==0.12.0   # once, in its own venv
-                          # (it pins huggingface-hub 1.x, which would break our transformers; 0.13.0's timing manager
-                          # spun a whole core and stalled its runs here)
+    python3 -m venv var/aiperf-venv && var/aiperf-venv/bin/pip install aiperf   # once, in its own venv
+                          # (it pins huggingface-hub 1.x, which would break our transformers). On 2 cores, aiperf
+                          # 0.12.0's and 0.13.0's timing manager spun a whole core each run: prefer --client raw there
     .venv/bin/python bench/api.py      # SmolLM2-135M shape (random bf16 weights, built once into var/bench-models/),
                                        # starts Redis + worker + Daphne, runs both
     .venv/bin/python bench/api.py --model demo   # the tiny demo model: a forward pass of 1-3 ms, so mostly I/O
@@ -545,7 +545,7 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
     if args.client != "raw" and not Path(args.aiperf).exists():
         print(f"aiperf not found at {args.aiperf}: python3 -m venv var/aiperf-venv && "
-              "var/aiperf-venv/bin/pip install aiperf==0.12.0", file=sys.stderr)  # fmt: skip
+              "var/aiperf-venv/bin/pip install aiperf", file=sys.stderr)  # fmt: skip
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-api-", dir=ROOT / "var"))
     model_dir = model_folder(args.model, work)
