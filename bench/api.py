@@ -63,6 +63,8 @@ sys.path.insert(1, str(ROOT / "bench"))
 
 import thread_profile  # noqa: E402  (bench/, next to this file)
 
+from inference.engine_process import ENGINE_THREAD_NAME  # noqa: E402
+
 
 @dataclass
 class Figures:
@@ -182,7 +184,8 @@ def load_engine(model_dir: Path, max_num_seqs: int, input_tokens: int):
 
 
 # --- where the CPU goes ------------------------------------------------------------------------------------------
-ENGINE_THREAD = "engine-step"  # inference.stepper's thread, and the engine child's (inference.engine_process)
+# inference.stepper's thread, and the engine child's (inference.engine_process)
+ENGINE_THREAD = ENGINE_THREAD_NAME
 
 
 def cpu_seconds(pid: int, thread: int | None = None) -> float:
