@@ -550,6 +550,7 @@ def main() -> int:
         print(f"aiperf not found at {args.aiperf}: python3 -m venv var/aiperf-venv && "
               "var/aiperf-venv/bin/pip install aiperf", file=sys.stderr)  # fmt: skip
         return 2
+    (ROOT / "var").mkdir(exist_ok=True)  # a fresh clone has no var/ yet
     work = Path(tempfile.mkdtemp(prefix="bench-api-", dir=ROOT / "var"))
     model_dir = model_folder(args.model, work)
     per_level = (lambda c: args.requests) if args.requests else (lambda c: max(32, 8 * c))
