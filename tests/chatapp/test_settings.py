@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("CSRF_TRUSTED_ORIGINS", "chat.example.com", "CSRF_TRUSTED_ORIGINS entries must start with http"),
         ("SECRET_KEY", "short", "SECRET_KEY must be at least 32 characters"),
         ("LOG_LEVEL", "LOUD", "LOG_LEVEL must be one of"),
+        ("DATABASE_POOL_SIZE", "0", "DATABASE_POOL_SIZE must be an integer in [1, 1000]"),
     ],
 )
 def test_bad_environment_stops_start_up_naming_the_variable(tmp_path, name, value, expected):
@@ -101,21 +102,36 @@ def test_web_processes_never_import_torch(tmp_path):
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"), [(None, "60 True"), ("0", "0 True"), ("soon", None), ("-1", None)]
-)
-def test_database_conn_max_age_from_the_environment(tmp_path, value, expected):
+def _connection_settings(tmp_path, **env_vars) -> subprocess.CompletedProcess:
+    """A fresh process's database settings as a web process has them, then as the worker sets them."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DATABASE_CONN_MAX_AGE")}
-    env.update(CHAT_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="chatapp.settings")
-    if value is not None:
-        env["DATABASE_CONN_MAX_AGE"] = value
+    env.update(CHAT_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="chatapp.settings", **env_vars)
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
-        "d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'])"
+        "from inference.management.commands.inference_worker import keep_connection_open; "
+        "d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'], d['OPTIONS'].get('pool')); "
+        "keep_connection_open(s.WORKER_DATABASE_CONN_MAX_AGE); "
+        "print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'], d['OPTIONS'].get('pool'))"
     )
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, "60 True None"), ("0", "0 True None"), ("soon", None), ("-1", None)]
+)
+def test_only_the_worker_keeps_its_connection_for_database_conn_max_age(tmp_path, value, expected):
+    env_vars = {} if value is None else {"DATABASE_CONN_MAX_AGE": value}
+    done = _connection_settings(tmp_path, **env_vars)
     if expected is None:
         assert done.returncode != 0 and "DATABASE_CONN_MAX_AGE must be an integer" in done.stderr
     else:
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == expected
+        assert done.stdout.splitlines() == ["0 True None", expected]
+
+
+def test_web_processes_borrow_postgres_connections_from_a_pool_the_worker_does_not_use(tmp_path):
+    done = _connection_settings(
+        tmp_path, DATABASE_URL="postgres://chat@db.invalid:5432/chat", DATABASE_POOL_SIZE="4"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["0 True {'min_size': 1, 'max_size': 4}", "60 True None"]
