@@ -199,6 +199,9 @@ def _check_database() -> None:
     from django.db import connection
     from django.db.utils import Error
 
+    from chatapp.db import keep_connection_open
+
+    keep_connection_open(0)  # a direct connection: it fails at once where a pool would retry
     try:
         connection.ensure_connection()
     except Error as exc:

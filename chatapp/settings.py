@@ -90,8 +90,12 @@ TEMPLATES = [
 ]
 
 
+POOL_TIMEOUT_S = 10
+
+
 def _database() -> dict:
-    """The connection settings of web processes; the worker keeps its connection instead (keep_connection_open).
+    """The connection settings of web processes; the worker keeps its connection instead
+    (chatapp.db.keep_connection_open).
 
     Web processes close their connection after every request or call: Django runs each HTTP request's database
     calls in a thread of its own, so a connection kept for reuse is never reused and stays open until garbage
@@ -113,7 +117,12 @@ def _database() -> dict:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     elif config["ENGINE"] == "django.db.backends.postgresql":
-        config.setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": pool_size}
+        # A request waits at most POOL_TIMEOUT_S for a connection (all busy, or the server down), then fails.
+        config.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": pool_size,
+            "timeout": POOL_TIMEOUT_S,
+        }
     return config
 
 

@@ -108,7 +108,7 @@ def _connection_settings(tmp_path, **env_vars) -> subprocess.CompletedProcess:
     env.update(CHAT_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="chatapp.settings", **env_vars)
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
-        "from inference.management.commands.inference_worker import keep_connection_open; "
+        "from chatapp.db import keep_connection_open; "
         "d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'], d['OPTIONS'].get('pool')); "
         "keep_connection_open(s.WORKER_DATABASE_CONN_MAX_AGE); "
         "print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'], d['OPTIONS'].get('pool'))"
@@ -134,4 +134,7 @@ def test_web_processes_borrow_postgres_connections_from_a_pool_the_worker_does_n
         tmp_path, DATABASE_URL="postgres://chat@db.invalid:5432/chat", DATABASE_POOL_SIZE="4"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["0 True {'min_size': 1, 'max_size': 4}", "60 True None"]
+    assert done.stdout.splitlines() == [
+        "0 True {'min_size': 1, 'max_size': 4, 'timeout': 10}",
+        "60 True None",
+    ]

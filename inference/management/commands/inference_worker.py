@@ -37,20 +37,6 @@ def model_flags(model: str) -> tuple[bool, int | None]:
     )
 
 
-def keep_connection_open(max_age: int) -> None:
-    """Lets this process keep its database connection for `max_age` seconds, where web processes close theirs
-    after every call (chatapp.settings). The worker's database calls all run in one thread, so the connection
-    is reused: reconnecting for each call cost 0.6 ms on SQLite and 4 ms on PostgreSQL here, and the worker
-    checkpoints many times a second. Call before the first query (it also drops the web processes' pool)."""
-    from django.db import DEFAULT_DB_ALIAS, connections
-
-    if connections[DEFAULT_DB_ALIAS].connection is not None:
-        raise RuntimeError("keep_connection_open() must run before the first database query")
-    config = connections.settings[DEFAULT_DB_ALIAS]
-    config["CONN_MAX_AGE"] = max_age
-    config.get("OPTIONS", {}).pop("pool", None)
-
-
 def build_engine(model: str):
     """The engine for `model` with the options from settings: in a child process (WORKER_ENGINE_PROCESS, the
     default; torch is imported only there) or an LLMEngine in this process."""
@@ -89,6 +75,8 @@ class Command(BaseCommand):
         parser.add_argument("--capacity", type=int, default=None, help="most answers written at once")
 
     def handle(self, *args, **options) -> None:
+        from chatapp.db import keep_connection_open
+
         keep_connection_open(settings.WORKER_DATABASE_CONN_MAX_AGE)
         model = settings.LLM_MODEL
         if settings.LLM_MODEL_IS_DEMO:
