@@ -2,8 +2,7 @@
 engine alone, for the same model, prompt and output lengths, at 1, 4 and 16 concurrent requests.
 
     python3 -m venv var/aiperf-venv && var/aiperf-venv/bin/pip install aiperf   # once, in its own venv
-                          # (it pins huggingface-hub 1.x, which would break our transformers). On 2 cores, aiperf
-                          # 0.12.0's and 0.13.0's timing manager spun a whole core each run: prefer --client raw there
+                          # (it pins huggingface-hub 1.x, which would break our transformers)
     .venv/bin/python bench/api.py      # SmolLM2-135M shape (random bf16 weights, built once into var/bench-models/),
                                        # starts Redis + worker + Daphne, runs both
     .venv/bin/python bench/api.py --model demo   # the tiny demo model: a forward pass of 1-3 ms, so mostly I/O
@@ -184,8 +183,6 @@ def load_engine(model_dir: Path, max_num_seqs: int, input_tokens: int):
 
 
 # --- where the CPU goes ------------------------------------------------------------------------------------------
-# inference.stepper's thread, and the engine child's (inference.engine_process)
-ENGINE_THREAD = ENGINE_THREAD_NAME
 
 
 def cpu_seconds(pid: int, thread: int | None = None) -> float:
@@ -222,7 +219,7 @@ def engine_process(worker_pid: int) -> int | None:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:  # ended meanwhile
             continue
-        if comm == ENGINE_THREAD or b"--multiprocessing-fork" in argv:
+        if comm == ENGINE_THREAD_NAME or b"--multiprocessing-fork" in argv:
             return pid
     return None
 
@@ -448,7 +445,7 @@ def profile_engine_thread(
     for label, pid, thread, load in [
         ("engine alone", os.getpid(), "MainThread",
          lambda: engine_run(engine, prompts, concurrency, total, args.output_tokens)),
-        (stack_label, stack_pid, ENGINE_THREAD,
+        (stack_label, stack_pid, ENGINE_THREAD_NAME,
          lambda: raw_client_figures(stack.url, key, model, prompts, concurrency, total, args.output_tokens)),
     ]:  # fmt: skip
         raw = out_dir / f"{thread}.txt"
