@@ -11,12 +11,22 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from chatapp.api.handler import ApiHandler, is_api_path  # noqa: E402
 from chatapp.origin import SameOriginValidator  # noqa: E402
 from chatapp.routing import websocket_urlpatterns  # noqa: E402
 
+api_asgi_app = ApiHandler()
+
+
+async def http_app(scope, receive, send):
+    """/v1 to the API's lean handler (chatapp.api.handler), everything else to Django with its full middleware."""
+    app = api_asgi_app if is_api_path(scope["path"]) else django_asgi_app
+    await app(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -21,7 +21,7 @@ from django.utils import timezone
 from chatapp.errors import BadField, Busy, NotFound
 from chatapp.models import Conversation, Generation, Message, Worker
 from chatapp.prompt_check import check_prompt_fits
-from chatapp.selectors import conversation_get, current_model, generation_get, queue_position
+from chatapp.selectors import ModelInfo, conversation_get, current_model, generation_get, queue_position
 from chatapp.validation import validate_content, validate_params, validate_system_prompt, validate_title
 
 State = Generation.State
@@ -84,13 +84,15 @@ def generation_create(
     conversation: Conversation | None = None,
     api_key=None,
     reply_channel: str = "",
+    model: ModelInfo | None = None,
 ) -> Generation:
     """Queues one answer after the limits and the context check; `params` are SamplingParams kwargs.
 
     Chat answers count against the user's concurrency and rate limits; API requests are limited per key by the
     API's own code. Both count against the queue bound (CHAT_QUEUE_MAX).
 
-    Call inside a transaction together with whatever else the request writes, then nudge the workers.
+    Call inside a transaction together with whatever else the request writes, then nudge the workers. `model` is
+    current_model() when the caller already has it (a query saved).
     """
     if not isinstance(prompt, dict) or not (("messages" in prompt) ^ ("prompt" in prompt)):
         raise BadField("prompt must hold either messages or prompt", field="prompt")
@@ -100,7 +102,7 @@ def generation_create(
     if source == Generation.Source.CHAT:
         _check_user_limits(user=user)  # API requests are limited per key by the API instead
     _check_queue_bound()
-    model = current_model()
+    model = model or current_model()
     check_prompt_fits(model=model.name, max_context=model.max_context, prompt=prompt, max_tokens=max_tokens)
     return Generation.objects.create(
         user=user,

@@ -127,8 +127,8 @@ def _database() -> dict:
 
 
 DATABASES = {"default": _database()}
-# The worker's database calls all run in one thread: it keeps that connection for this many seconds (0: never).
-WORKER_DATABASE_CONN_MAX_AGE = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
+# Threads that keep their connection (the worker's, the API's: chatapp.db) keep it this many seconds (0: never).
+DATABASE_CONN_MAX_AGE = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = redis_url("REDIS_URL", f"unix://{VAR_DIR / 'redis' / 'redis.sock'}")

@@ -11,8 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from channels.db import database_sync_to_async
-
+from chatapp.api import database
 from chatapp.api.relay import get_relay
 from chatapp.models import Generation
 from inference.messages import RelayEvent
@@ -52,7 +51,8 @@ def _read_row(generation_id) -> RowSnapshot:
     )
 
 
-read_row = database_sync_to_async(_read_row)
+async def read_row(generation_id) -> RowSnapshot:
+    return await database.run(_read_row, generation_id)
 
 
 class GenerationFollower:

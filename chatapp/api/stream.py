@@ -10,9 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
-from channels.db import database_sync_to_async
-
-from chatapp.api import config
+from chatapp.api import config, database
 from chatapp.api.errors import ApiError
 from chatapp.api.follow import GenerationFollower, RowSnapshot
 from chatapp.api.shapes import SSE_DONE, Envelope, Usage, sse
@@ -25,7 +23,7 @@ _background: set[asyncio.Task] = set()
 
 
 async def _cancel(api_key: ApiKey, generation_id) -> None:
-    channel = await database_sync_to_async(generation_abandon)(api_key=api_key, generation_id=generation_id)
+    channel = await database.run(generation_abandon, api_key=api_key, generation_id=generation_id)
     if channel:
         await send_cancel(channel, generation_id)
 

@@ -111,6 +111,7 @@ def generation_submit(
                 source=Generation.Source.API,
                 api_key=api_key,
                 reply_channel=reply_channel,
+                model=info,
             )
     except errors.ApplicationError as exc:
         raise _as_api_error(exc, "messages" if request.kind == "chat" else "prompt") from None

@@ -6,12 +6,11 @@ browser grants nothing here and cross-site forgery has nothing to ride on.
 
 from __future__ import annotations
 
-from channels.db import database_sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from chatapp.api import config, stream
+from chatapp.api import config, database, stream
 from chatapp.api.errors import ApiError, error_response
 from chatapp.api.keys import api_key_authenticate
 from chatapp.api.relay import get_relay
@@ -81,7 +80,7 @@ async def _completion(request: HttpRequest, kind: str) -> HttpResponse:
         return _method_not_allowed("POST")
     try:
         reply_channel = await get_relay().channel_name()
-        api_key, parsed, generation = await database_sync_to_async(_accept)(request, kind, reply_channel)
+        api_key, parsed, generation = await database.run(_accept, request, kind, reply_channel)
     except ApiError as err:
         return error_response(err)
     await nudge_workers()
@@ -134,7 +133,7 @@ async def models(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET")
     try:
-        return JsonResponse(await database_sync_to_async(_models_listing)(request))
+        return JsonResponse(await database.run(_models_listing, request))
     except ApiError as err:
         return error_response(err)
 

@@ -110,7 +110,7 @@ def _connection_settings(tmp_path, **env_vars) -> subprocess.CompletedProcess:
         "import django; django.setup(); from django.conf import settings as s; "
         "from chatapp.db import keep_connection_open; "
         "d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'], d['OPTIONS'].get('pool')); "
-        "keep_connection_open(s.WORKER_DATABASE_CONN_MAX_AGE); "
+        "keep_connection_open(s.DATABASE_CONN_MAX_AGE); "
         "print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'], d['OPTIONS'].get('pool'))"
     )
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)

@@ -77,7 +77,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         from chatapp.db import keep_connection_open
 
-        keep_connection_open(settings.WORKER_DATABASE_CONN_MAX_AGE)
+        keep_connection_open(settings.DATABASE_CONN_MAX_AGE)
         model = settings.LLM_MODEL
         if settings.LLM_MODEL_IS_DEMO:
             ensure_demo_model(Path(model))
