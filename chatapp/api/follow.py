@@ -71,6 +71,7 @@ class GenerationFollower:
         self._seq = 0  # last delta applied
         self._relay = get_relay()
         self._events: asyncio.Queue[RelayEvent] | None = None
+        self._held: RelayEvent | None = None  # taken from the queue while coalescing, not applied yet
 
     async def __aenter__(self) -> GenerationFollower:
         self._events = await self._relay.subscribe(self.generation_id)
@@ -88,6 +89,38 @@ class GenerationFollower:
         self._seq = row.seq
         return piece
 
+    async def _next_event(self) -> RelayEvent | None:
+        """The next event, or None after `poll_seconds` without one."""
+        if self._held is not None:
+            event, self._held = self._held, None
+            return event
+        if not self._events.empty():  # wait_for costs a task and a timer: only when there is nothing yet
+            return self._events.get_nowait()
+        try:
+            return await asyncio.wait_for(self._events.get(), self.poll_seconds)
+        except TimeoutError:
+            return None
+
+    def _apply(self, event: RelayEvent) -> str:
+        self._seq = event.seq
+        self._sent += len(event.text)
+        return event.text
+
+    def _apply_queued(self) -> str:
+        """The text of the deltas already queued right after the last one applied, as one piece.
+
+        While this process is busy, a stream's deltas pile up; sending them as one chunk costs one write instead of
+        several. Stops at anything else (a gap, `done`), which is held for the loop's next turn.
+        """
+        texts = []
+        while self._held is None and not self._events.empty():
+            event = self._events.get_nowait()
+            if event.done or event.seq != self._seq + 1:
+                self._held = event
+            else:
+                texts.append(self._apply(event))
+        return "".join(texts)
+
     async def pieces(self) -> AsyncIterator[str]:
         """New text pieces until the generation ends (subscribed first, then the row, so nothing is missed)."""
         row = await read_row(self.generation_id)
@@ -97,18 +130,14 @@ class GenerationFollower:
             self.final = row
             return
         while True:
-            try:
-                event = await asyncio.wait_for(self._events.get(), self.poll_seconds)
-            except TimeoutError:
-                event = None
+            event = await self._next_event()
             if event is not None and not event.done:
                 if event.seq <= self._seq:
                     continue  # already taken from the row
                 if event.seq == self._seq + 1:
-                    self._seq = event.seq
-                    self._sent += len(event.text)
-                    if event.text:
-                        yield event.text
+                    text = self._apply(event) + self._apply_queued()
+                    if text:
+                        yield text
                     continue
             # A gap, the end, or a quiet spell: the row decides.
             row = await read_row(self.generation_id)

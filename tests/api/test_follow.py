@@ -150,6 +150,23 @@ async def test_one_batch_feeds_each_request_its_own_events(part):
     assert not get_relay().receiving
 
 
+async def test_deltas_that_pile_up_go_out_as_one_piece(part):
+    """A busy web process finds several deltas of a stream queued at once: one chunk for them, not one each."""
+    gid, started = part.row.id, asyncio.Event()
+    task = asyncio.ensure_future(follow(gid, started, poll_seconds=30))
+    await asyncio.wait_for(started.wait(), WAIT_S)
+    await asyncio.sleep(0.1)  # let it read its (empty) row
+    await sync_to_async(part.checkpoint)("Hello world!", 3, final=True)
+    await send(
+        messages.relay_delta(gid, 1, "Hello"),
+        messages.relay_delta(gid, 2, " world"),
+        messages.relay_delta(gid, 3, "!"),
+        messages.relay_done(gid),
+    )
+    pieces, follower = await asyncio.wait_for(task, WAIT_S)
+    assert pieces == ["Hello world!"] and follower.resyncs == 0
+
+
 async def test_a_malformed_batch_is_skipped_and_the_relay_goes_on(part):
     gid, started = part.row.id, asyncio.Event()
     task = asyncio.ensure_future(follow(gid, started, poll_seconds=30))
