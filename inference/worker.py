@@ -84,6 +84,7 @@ class InferenceWorker:
         self._claim_wakeup = asyncio.Event()
         self._flush_wakeup = asyncio.Event()
         self._positions_sent: dict[uuid.UUID, int] = {}
+        self._last_expiry = float("-inf")  # monotonic time of the last lease sweep
         self._stepper: EngineStepper | None = None
         self.engine_failure: BaseException | None = None  # set when the engine process died under this worker
 
@@ -238,17 +239,36 @@ class InferenceWorker:
                 log.exception("claim/sweep failed; retrying at the next sweep")
 
     async def _sweep_and_claim(self) -> None:
-        expired = await database_sync_to_async(services.generation_expire_leases)(model=self.model_name)
+        """Claims what fits, expires dead workers' leases once per sweep interval, and updates queue positions.
+
+        One trip to the database thread for all of it: a nudge comes with every request, and on a busy machine each
+        trip waits for a core.
+        """
+        now = time.monotonic()
+        expire = now - self._last_expiry >= self.sweep_interval
+        if expire:
+            self._last_expiry = now
+        expired, claimed, queued = await database_sync_to_async(self._claim_round)(
+            expire, self.capacity - len(self.live)
+        )
         if expired:
             log.warning("failed %d generations whose worker lease expired", len(expired))
             await self._send_done_events([g.id for g in expired])
-        room = self.capacity - len(self.live)
-        claimed = await database_sync_to_async(services.generation_claim)(worker=self.row, limit=room)
         for row in claimed:
             await self._start(row)
         if claimed and self._stepper is not None:
             self._stepper.wake()
-        await self._send_positions()
+        await self._send_positions(queued)
+
+    def _claim_round(self, expire: bool, room: int) -> tuple[list[Generation], list[Generation], list]:
+        """(expired, claimed, queued) in the database thread. The queue is read only when it may hold rows: a
+        claim that took fewer than it had room for left nothing queued for this model."""
+        expired = services.generation_expire_leases(model=self.model_name) if expire else []
+        claimed = services.generation_claim(worker=self.row, limit=room)
+        if len(claimed) < room and not self._positions_sent:
+            return expired, claimed, []
+        queued = selectors.queued_generations(model=self.model_name, limit=settings.CHAT_QUEUE_MAX)
+        return expired, claimed, queued
 
     async def _start(self, row: Generation) -> None:
         gid = str(row.id)
@@ -269,10 +289,7 @@ class InferenceWorker:
             live.apply_output(refusal(gid, exc))  # (an engine process sends the same as an output instead)
             self._flush_wakeup.set()
 
-    async def _send_positions(self) -> None:
-        queued = await database_sync_to_async(selectors.queued_generations)(
-            model=self.model_name, limit=settings.CHAT_QUEUE_MAX
-        )
+    async def _send_positions(self, queued: list) -> None:
         positions: dict[uuid.UUID, int] = {}
         for position, (gid, conversation_id, source) in enumerate(queued, start=1):
             positions[gid] = position
