@@ -34,7 +34,14 @@ async def call(path: str, *, host: str = "testserver", key: str | None = None) -
 
 @pytest.mark.parametrize(
     ("path", "expected"),
-    [("/v1", True), ("/v1/", True), ("/v1/models", True), ("/v1x", False), ("/v10/models", False), ("/", False)],
+    [
+        ("/v1", True),
+        ("/v1/", True),
+        ("/v1/models", True),
+        ("/v1x", False),
+        ("/v10/models", False),
+        ("/", False),
+    ],
 )
 def test_which_paths_are_the_apis(path, expected):
     assert is_api_path(path) is expected
