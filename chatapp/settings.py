@@ -95,7 +95,7 @@ POOL_TIMEOUT_S = 10
 
 def _database() -> dict:
     """The connection settings of web processes; the worker keeps its connection instead
-    (chatapp.db.keep_connection_open).
+    (chatapp.db.keep_connection_open), and so do the API's database threads on SQLite (chatapp.db.DatabaseThreads).
 
     Web processes close their connection after every request or call: Django runs each HTTP request's database
     calls in a thread of its own, so a connection kept for reuse is never reused and stays open until garbage

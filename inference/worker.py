@@ -241,34 +241,31 @@ class InferenceWorker:
     async def _sweep_and_claim(self) -> None:
         """Claims what fits, expires dead workers' leases once per sweep interval, and updates queue positions.
 
-        One trip to the database thread for all of it: a nudge comes with every request, and on a busy machine each
-        trip waits for a core.
+        A nudge comes with every request, and on a busy machine each trip to the database thread waits for a core:
+        the claim and the queue read share one, and the lease sweep (its own trip, its `done` events sent before the
+        claim can fail) runs only once per sweep interval.
         """
         now = time.monotonic()
-        expire = now - self._last_expiry >= self.sweep_interval
-        if expire:
+        if now - self._last_expiry >= self.sweep_interval:
+            expired = await database_sync_to_async(services.generation_expire_leases)(model=self.model_name)
             self._last_expiry = now
-        expired, claimed, queued = await database_sync_to_async(self._claim_round)(
-            expire, self.capacity - len(self.live)
-        )
-        if expired:
-            log.warning("failed %d generations whose worker lease expired", len(expired))
-            await self._send_done_events([g.id for g in expired])
+            if expired:
+                log.warning("failed %d generations whose worker lease expired", len(expired))
+                await self._send_done_events([g.id for g in expired])
+        claimed, queued = await database_sync_to_async(self._claim_round)(self.capacity - len(self.live))
         for row in claimed:
             await self._start(row)
         if claimed and self._stepper is not None:
             self._stepper.wake()
         await self._send_positions(queued)
 
-    def _claim_round(self, expire: bool, room: int) -> tuple[list[Generation], list[Generation], list]:
-        """(expired, claimed, queued) in the database thread. The queue is read only when it may hold rows: a
-        claim that took fewer than it had room for left nothing queued for this model."""
-        expired = services.generation_expire_leases(model=self.model_name) if expire else []
+    def _claim_round(self, room: int) -> tuple[list[Generation], list]:
+        """(claimed, queued) in the database thread. The queue is read only when it may hold rows: a claim that
+        took fewer than it had room for left nothing queued for this model."""
         claimed = services.generation_claim(worker=self.row, limit=room)
         if len(claimed) < room and not self._positions_sent:
-            return expired, claimed, []
-        queued = selectors.queued_generations(model=self.model_name, limit=settings.CHAT_QUEUE_MAX)
-        return expired, claimed, queued
+            return claimed, []
+        return claimed, selectors.queued_generations(model=self.model_name, limit=settings.CHAT_QUEUE_MAX)
 
     async def _start(self, row: Generation) -> None:
         gid = str(row.id)

@@ -35,7 +35,7 @@ async def call(path: str, *, host: str = "testserver", key: str | None = None) -
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
-        ("/v1", True),
+        ("/v1", False),
         ("/v1/", True),
         ("/v1/models", True),
         ("/v1x", False),
@@ -52,14 +52,26 @@ async def test_an_api_call_skips_the_browser_middleware_and_is_marked_nosniff(ke
     assert response["status"] == 200
     assert json.loads(response["body"])["object"] == "list"
     assert response["headers"]["x-content-type-options"] == "nosniff"
+    assert response["headers"]["content-length"] == str(len(response["body"]))
     assert "x-frame-options" not in response["headers"]  # XFrameOptionsMiddleware did not run
     assert "set-cookie" not in response["headers"]
     page = await call("/health")  # the rest of the site keeps its middleware
     assert page["headers"]["x-frame-options"] == "DENY"
 
 
-async def test_an_api_call_to_a_host_outside_allowed_hosts_is_refused_in_openai_shape(key):
+async def test_an_api_call_to_a_host_outside_allowed_hosts_is_refused_in_openai_shape(key, caplog):
     response = await call("/v1/models", host="evil.example", key=key)
     assert response["status"] == 400
+    assert response["headers"]["x-content-type-options"] == "nosniff"
     error = json.loads(response["body"])["error"]
-    assert error["code"] == "disallowed_host" and "evil.example" in error["message"]
+    assert error["code"] == "disallowed_host" and "evil.example" not in error["message"]
+    assert any(
+        "evil.example" in r.getMessage() for r in caplog.records if r.name == "django.security.DisallowedHost"
+    )
+
+
+async def test_a_bare_v1_is_redirected_to_the_api_and_gets_its_json_404():
+    response = await call("/v1")
+    assert response["status"] == 301 and response["headers"]["location"] == "/v1/"
+    response = await call("/v1/")
+    assert response["status"] == 404 and json.loads(response["body"])["error"]["code"] == "unknown_url"

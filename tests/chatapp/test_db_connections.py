@@ -1,4 +1,5 @@
-"""Database connections stay bounded: a burst of HTTP requests leaves no connection behind in Daphne.
+"""Database connections stay bounded: a burst of HTTP requests leaves no more connections in Daphne than it keeps
+on purpose.
 
 Django runs each HTTP request's database calls in a thread of its own under ASGI, so connections kept for reuse
 are never reused; web processes close theirs after each request (SQLite) or return them to a bounded pool
@@ -67,8 +68,8 @@ async def test_a_burst_of_requests_leaves_no_connections_behind(chat_stack_live)
         database = str(Path(connection.settings_dict["NAME"]).resolve())
         for _ in range(2):  # the second burst reuses the first one's connections
             assert await _burst(chat_stack_live.url, key) == [200] * BURST
-            # One connection per API database thread at most, whatever the number of requests.
-            assert _sqlite_handles(daphne.process.pid, database) <= database_threads.THREADS
+            # The API's database threads keep theirs (one each at most), whatever the number of requests.
+            assert 1 <= _sqlite_handles(daphne.process.pid, database) <= database_threads.THREADS
     elif engine.endswith("postgresql"):
         before = await _postgres_connections()
         assert await _burst(chat_stack_live.url, key) == [200] * BURST
